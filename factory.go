@@ -1,0 +1,36 @@
+package pool
+
+import (
+	"context"
+	"io"
+)
+
+// Factory creates the items a pool lends.
+//
+// Create is called with a context that carries the values of the ctx given
+// to Lease (or New) but not its cancellation: a creation that the caller
+// abandons finishes in the background and its item goes idle, so an impatient
+// caller never costs a second dial. The context is canceled by Close and
+// bounded by Options.CreateTimeout. A Create that ignores its context holds
+// its permit until it returns, so bound your dials.
+//
+// Create may be called from several goroutines at once.
+type Factory[T any] interface {
+	Create(ctx context.Context) (T, error)
+}
+
+// FactoryFunc adapts a function to the Factory interface.
+type FactoryFunc[T any] func(ctx context.Context) (T, error)
+
+// Create calls f(ctx).
+func (f FactoryFunc[T]) Create(ctx context.Context) (T, error) { return f(ctx) }
+
+// closeItem is the default disposal: Close when the item is an io.Closer,
+// nothing otherwise. The check is made per item, so an interface-typed T
+// whose dynamic values differ is handled too.
+func closeItem[T any](item T) error {
+	if c, ok := any(item).(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}

@@ -1,0 +1,298 @@
+package pool
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// gate is the capacity gate: a weighted semaphore of size MaxSize with a
+// FIFO queue of waiters and direct hand-off, sharing one mutex with the idle
+// queue.
+//
+// A permit is the right to hold one item outside the idle queue: a leased
+// item, one being created, or one being destroyed. Idle items hold none. A
+// lease takes its permit before it touches the idle queue, in the same
+// critical section, and creates an item only when the queue is empty; so
+// held + idle never exceeds size, and that sum bounds the items in existence.
+//
+// Why one mutex over count, waiters and idle items (see PERF-NOTES.md,
+// design B): a release must decide "oldest waiter, or idle queue?" and act on
+// it atomically, or a waiter can wake to nothing and a lease can overtake
+// the queue. A separate atomic permit count plus a lock-free queue writes
+// more shared cache lines per operation and measured slower on two cores.
+//
+// Hand-off: when waiters are queued no permit is ever free; a release gives
+// its item (or, for an item it destroyed, the bare permit: the right to
+// create a fresh one) straight to the oldest waiter, keeping the permit
+// held. So a woken waiter never wakes to nothing, and nobody can take a
+// permit past the queue.
+type gate[T any] struct {
+	mu      sync.Mutex
+	size    int // MaxSize; immutable
+	held    int // permits held
+	closed  bool
+	idle    idleQueue[T]
+	waiters waitQueue[T]
+	drained chan struct{} // made by the first Shutdown; closed when closed and held == 0
+	spare   sync.Pool     // of *waiter[T], for reuse
+}
+
+// waiter is one lease queued for a permit. Waiters are recycled through
+// waiterPool, so a contended lease allocates nothing once warm.
+type waiter[T any] struct {
+	// ready receives exactly one token per grant, sent under gate.mu.
+	ready chan struct{}
+	// The grant, written under gate.mu before the token is sent: the handed
+	// item, or nil for the bare permit; or err (ErrClosed) and no permit.
+	e       *entry[T]
+	err     error
+	granted bool
+
+	prev, next *waiter[T]
+	timer      *time.Timer // LeaseTimeout; made on first use, kept with the waiter
+}
+
+// waitQueue is an intrusive FIFO list of waiters. Guarded by gate.mu.
+type waitQueue[T any] struct {
+	head, tail *waiter[T]
+	n          int
+}
+
+func (q *waitQueue[T]) pushBack(w *waiter[T]) {
+	w.prev, w.next = q.tail, nil
+	if q.tail == nil {
+		q.head = w
+	} else {
+		q.tail.next = w
+	}
+	q.tail = w
+	q.n++
+}
+
+func (q *waitQueue[T]) remove(w *waiter[T]) {
+	if w.prev == nil {
+		q.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		q.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	q.n--
+}
+
+// grantOldest removes the oldest waiter and grants it e (nil: the bare
+// permit) or err. It reports false when no one waits. Caller holds g.mu.
+func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
+	w := g.waiters.head
+	if w == nil {
+		return false
+	}
+	g.waiters.remove(w)
+	w.e, w.err, w.granted = e, err, true
+	w.ready <- struct{}{} // never blocks: cap 1, one grant per wait
+	return true
+}
+
+// acquireFast takes a permit and the oldest idle entry (nil when none is
+// idle) without waiting. ok is false when the pool is closed, every permit
+// is held, or others already wait: the queue is FIFO, so a newcomer never
+// overtakes it.
+func (g *gate[T]) acquireFast() (e *entry[T], ok bool, closed bool) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, false, true
+	}
+	if g.held < g.size && g.waiters.n == 0 {
+		g.held++
+		e = g.idle.pop()
+		g.mu.Unlock()
+		return e, true, false
+	}
+	g.mu.Unlock()
+	return nil, false, false
+}
+
+// wait queues for a permit until one is granted, ctx ends, timeout (if
+// positive) elapses, or the gate closes. On success the caller holds a
+// permit and, when e is not nil, the item that came with it. expired
+// reports that the timeout, not ctx, ended the wait.
+func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T], expired bool, err error) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, false, ErrClosed
+	}
+	if g.held < g.size && g.waiters.n == 0 {
+		// A permit came free since acquireFast looked.
+		g.held++
+		e = g.idle.pop()
+		g.mu.Unlock()
+		return e, false, nil
+	}
+	w, _ := g.spare.Get().(*waiter[T])
+	if w == nil {
+		w = &waiter[T]{ready: make(chan struct{}, 1)}
+	}
+	g.waiters.pushBack(w)
+	g.mu.Unlock()
+
+	var timerC <-chan time.Time
+	if timeout > 0 {
+		if w.timer == nil {
+			w.timer = time.NewTimer(timeout)
+		} else {
+			w.timer.Reset(timeout)
+		}
+		timerC = w.timer.C
+	}
+
+	woken := false
+	select {
+	case <-w.ready:
+		woken = true
+		e, err = w.e, w.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timerC:
+		expired = true
+		err = ErrLeaseTimeout
+	}
+	if w.timer != nil {
+		w.timer.Stop() // since Go 1.23 no stale tick survives Stop
+	}
+
+	if !woken {
+		// Canceled or timed out. A grant may have raced with us: it happened
+		// before we took the lock if and only if granted is set; otherwise
+		// removing ourselves under the lock makes any later grant skip us.
+		g.mu.Lock()
+		if !w.granted {
+			g.waiters.remove(w)
+			g.mu.Unlock()
+		} else {
+			g.mu.Unlock()
+			<-w.ready // sent under the lock, so already buffered
+			if w.err != nil {
+				err, expired = w.err, false // closed meanwhile: say so
+			} else {
+				// Granted at the instant we gave up: pass it on, so the
+				// permit (and the item) is never lost.
+				g.passOn(w.e)
+			}
+		}
+	}
+	w.e, w.err, w.granted = nil, nil, false
+	g.spare.Put(w)
+	return e, expired, err
+}
+
+// passOn gives back a permit that the caller holds, with its idle-ready
+// item e or with none (nil): to the oldest waiter if any, else the item joins
+// the idle queue and the permit comes free. It reports false, doing
+// nothing, when the gate is closed and e is not nil: the caller must destroy
+// e and then call passOn(nil).
+func (g *gate[T]) passOn(e *entry[T]) bool {
+	g.mu.Lock()
+	if e != nil && g.closed {
+		g.mu.Unlock()
+		return false
+	}
+	if !g.grantOldest(e, nil) {
+		if e != nil {
+			g.idle.push(e)
+		}
+		g.held--
+		if g.held == 0 && g.drained != nil {
+			close(g.drained)
+			g.drained = nil
+		}
+	}
+	g.mu.Unlock()
+	return true
+}
+
+// tryAcquireBelow takes a bare permit without waiting, for Clear's refill,
+// while fewer than minIdle entries are idle.
+func (g *gate[T]) tryAcquireBelow(minIdle int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.held >= g.size || g.waiters.n > 0 || g.idle.len() >= minIdle {
+		return false
+	}
+	g.held++
+	return true
+}
+
+// takeIdle removes and returns the oldest idle entry for a caller that holds
+// a permit, or nil when none is idle.
+func (g *gate[T]) takeIdle() *entry[T] {
+	g.mu.Lock()
+	e := g.idle.pop()
+	g.mu.Unlock()
+	return e
+}
+
+// drainIdle removes every idle entry, taking a permit for each, so that the
+// items count against the cap until the caller has destroyed them and
+// returned the permits. Possible without waiting: held + idle <= size.
+func (g *gate[T]) drainIdle() []*entry[T] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.drainIdleLocked()
+}
+
+func (g *gate[T]) drainIdleLocked() []*entry[T] {
+	if g.idle.len() == 0 {
+		return nil
+	}
+	es := make([]*entry[T], 0, g.idle.len())
+	for e := g.idle.pop(); e != nil; e = g.idle.pop() {
+		es = append(es, e)
+	}
+	g.held += len(es)
+	return es
+}
+
+// close marks the gate closed, wakes every waiter with ErrClosed and
+// drains the idle queue as drainIdle does. Only the first call returns
+// entries; later calls report false.
+func (g *gate[T]) close() ([]*entry[T], bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, false
+	}
+	g.closed = true
+	for g.grantOldest(nil, ErrClosed) {
+	}
+	return g.drainIdleLocked(), true
+}
+
+// whenDrained returns a channel closed once the gate is closed and no permit
+// is held: the gate's full weight is free.
+func (g *gate[T]) whenDrained() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held == 0 {
+		return closedChan
+	}
+	if g.drained == nil {
+		g.drained = make(chan struct{})
+	}
+	return g.drained
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// counts returns the permits held, the idle entries and the queued waiters.
+func (g *gate[T]) counts() (held, idle, queued int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held, g.idle.len(), g.waiters.n
+}

@@ -1,0 +1,3 @@
+module github.com/msl-armory/pool
+
+go 1.26

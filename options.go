@@ -1,0 +1,242 @@
+package pool
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultMaxSize is the MaxSize a pool gets when Options.MaxSize is 0.
+const DefaultMaxSize = 100
+
+// Options configures a Pool. The zero value is valid: a pool of at most
+// DefaultMaxSize items, created on demand, that waits for a permit until the
+// caller's ctx ends and never expires an item.
+//
+// Options decodes from JSON (see UnmarshalJSON), so a pool can be configured
+// from a file; the function- and interface-valued fields are set in code.
+type Options[T any] struct {
+	// Name identifies the pool in Stats and errors. Default: T's type name
+	// without package path or pointer stars, plus ".Pool" ("*sql.Conn" gives
+	// "Conn.Pool").
+	Name string
+
+	// MinSize items are created by New, and Clear refills the idle items to
+	// it. Default 0: every item is created on demand.
+	MinSize int
+
+	// MaxSize is the hard cap on items in existence: leased, idle, being
+	// created or being destroyed. Default DefaultMaxSize.
+	MaxSize int
+
+	// LeaseTimeout bounds the wait for a permit when all MaxSize are held;
+	// it elapses as ErrLeaseTimeout. 0: wait until the caller's ctx ends.
+	LeaseTimeout time.Duration
+
+	// PreparationTimeout bounds IsReady plus Prepare on one item; it elapses
+	// as ErrPreparationTimeout. 0: until the caller's ctx ends.
+	PreparationTimeout time.Duration
+
+	// CreateTimeout bounds one Factory.Create call, also one that finishes
+	// in the background after its caller gave up. 0: until Close.
+	CreateTimeout time.Duration
+
+	// IdleTimeout: an item idle longer than this is destroyed by the next
+	// lease that meets it (eviction is lazy: there is no background timer).
+	// 0: never.
+	IdleTimeout time.Duration
+
+	// MaxLifetime: an item older than this (counted from the end of its
+	// creation) is destroyed on release, or by the next lease that meets it
+	// idle. 0: never.
+	MaxLifetime time.Duration
+
+	// Preparer checks and restores items on lease. nil: every item is ready.
+	Preparer Preparer[T] `json:"-"`
+
+	// CheckAfterIdle: the Preparer sees an idle item only when it sat idle
+	// at least this long; fresh items are always checked. 0: every lease.
+	CheckAfterIdle time.Duration
+
+	// Reset runs on Release, before the item is reused; an error (or a
+	// panic) destroys the item instead. nil: items are reused as they are.
+	Reset func(item T) error `json:"-"`
+
+	// Destroy disposes of an item the pool lets go of. nil: Close() when the
+	// item is an io.Closer, nothing otherwise.
+	Destroy func(item T) error `json:"-"`
+}
+
+// withDefaults returns o with the defaults filled in and checks the result.
+func (o Options[T]) withDefaults() (Options[T], error) {
+	if o.Name == "" {
+		o.Name = defaultName[T]()
+	}
+	if o.MaxSize == 0 {
+		o.MaxSize = DefaultMaxSize
+	}
+	if o.MaxSize < 1 {
+		return o, fmt.Errorf("%w: MaxSize is %d, must be at least 1 (0 means %d)", ErrInvalidOptions, o.MaxSize, DefaultMaxSize)
+	}
+	if o.MinSize < 0 || o.MinSize > o.MaxSize {
+		return o, fmt.Errorf("%w: MinSize is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinSize, o.MaxSize)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"LeaseTimeout", o.LeaseTimeout},
+		{"PreparationTimeout", o.PreparationTimeout},
+		{"CreateTimeout", o.CreateTimeout},
+		{"IdleTimeout", o.IdleTimeout},
+		{"MaxLifetime", o.MaxLifetime},
+		{"CheckAfterIdle", o.CheckAfterIdle},
+	} {
+		if d.v < 0 {
+			return o, fmt.Errorf("%w: %s is %v, must not be negative (0 means no limit)", ErrInvalidOptions, d.name, d.v)
+		}
+	}
+	return o, nil
+}
+
+// defaultName is T's type name without package paths or leading pointer
+// stars, plus ".Pool": *sql.Conn gives "Conn.Pool", Box[int] "Box[int].Pool".
+func defaultName[T any]() string {
+	t := reflect.TypeFor[T]()
+	for t.Kind() == reflect.Pointer && t.Name() == "" {
+		t = t.Elem()
+	}
+	name := t.Name()
+	if name == "" {
+		name = t.String() // an unnamed type: []byte, map[string]int, ...
+	}
+	return unqualify(name) + ".Pool"
+}
+
+// unqualify drops the package path from every qualified identifier in a
+// type name: "Box[github.com/x/y.Item]" becomes "Box[Item]".
+func unqualify(name string) string {
+	var b strings.Builder
+	start := 0
+	flush := func(end int) {
+		word := name[start:end]
+		if slash := strings.LastIndexByte(word, '/'); slash >= 0 {
+			word = word[slash+1:]
+		}
+		if dot := strings.LastIndexByte(word, '.'); dot >= 0 {
+			word = word[dot+1:]
+		}
+		b.WriteString(word)
+	}
+	for i := 0; i < len(name); i++ {
+		if strings.IndexByte("[](),* ", name[i]) >= 0 {
+			flush(i)
+			b.WriteByte(name[i])
+			start = i + 1
+		}
+	}
+	flush(len(name))
+	return b.String()
+}
+
+// duration is a time.Duration that decodes from a Go duration string
+// ("1m30s") or a number of nanoseconds, and encodes as a string.
+type duration time.Duration
+
+// UnmarshalJSON implements json.Unmarshaler. null leaves d unchanged.
+func (d *duration) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if s == "null" {
+		return nil
+	}
+	if strings.HasPrefix(s, `"`) {
+		var str string
+		if err := json.Unmarshal(b, &str); err != nil {
+			return err
+		}
+		v, err := time.ParseDuration(str)
+		if err != nil {
+			return err
+		}
+		*d = duration(v)
+		return nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("time: invalid duration %s: want a string such as \"30s\" or whole nanoseconds", s)
+	}
+	*d = duration(v)
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler.
+func (d duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// optionsJSON is the JSON form of Options: the same keys, durations as
+// strings. Only the fields that can come from configuration are here.
+type optionsJSON struct {
+	Name               string   `json:"Name,omitempty"`
+	MinSize            int      `json:"MinSize"`
+	MaxSize            int      `json:"MaxSize"`
+	LeaseTimeout       duration `json:"LeaseTimeout"`
+	PreparationTimeout duration `json:"PreparationTimeout"`
+	CreateTimeout      duration `json:"CreateTimeout"`
+	IdleTimeout        duration `json:"IdleTimeout"`
+	MaxLifetime        duration `json:"MaxLifetime"`
+	CheckAfterIdle     duration `json:"CheckAfterIdle"`
+}
+
+// UnmarshalJSON decodes o from a JSON object keyed by the field names
+// (matched without regard to case, as encoding/json does): {"MaxSize": 20,
+// "LeaseTimeout": "30s"}. Durations accept Go duration strings or numbers of
+// nanoseconds. A key that is absent or null leaves its field as it was, so
+// decoding a shared section and then a per-pool section into the same value
+// overlays the second on the first. Function- and interface-valued fields
+// are never read from JSON.
+func (o *Options[T]) UnmarshalJSON(data []byte) error {
+	j := optionsJSON{
+		Name:               o.Name,
+		MinSize:            o.MinSize,
+		MaxSize:            o.MaxSize,
+		LeaseTimeout:       duration(o.LeaseTimeout),
+		PreparationTimeout: duration(o.PreparationTimeout),
+		CreateTimeout:      duration(o.CreateTimeout),
+		IdleTimeout:        duration(o.IdleTimeout),
+		MaxLifetime:        duration(o.MaxLifetime),
+		CheckAfterIdle:     duration(o.CheckAfterIdle),
+	}
+	if err := json.Unmarshal(data, &j); err != nil {
+		return fmt.Errorf("pool: decode options: %w", err)
+	}
+	o.Name = j.Name
+	o.MinSize = j.MinSize
+	o.MaxSize = j.MaxSize
+	o.LeaseTimeout = time.Duration(j.LeaseTimeout)
+	o.PreparationTimeout = time.Duration(j.PreparationTimeout)
+	o.CreateTimeout = time.Duration(j.CreateTimeout)
+	o.IdleTimeout = time.Duration(j.IdleTimeout)
+	o.MaxLifetime = time.Duration(j.MaxLifetime)
+	o.CheckAfterIdle = time.Duration(j.CheckAfterIdle)
+	return nil
+}
+
+// MarshalJSON encodes the configurable fields of o, durations as Go
+// duration strings, in the form UnmarshalJSON reads.
+func (o Options[T]) MarshalJSON() ([]byte, error) {
+	return json.Marshal(optionsJSON{
+		Name:               o.Name,
+		MinSize:            o.MinSize,
+		MaxSize:            o.MaxSize,
+		LeaseTimeout:       duration(o.LeaseTimeout),
+		PreparationTimeout: duration(o.PreparationTimeout),
+		CreateTimeout:      duration(o.CreateTimeout),
+		IdleTimeout:        duration(o.IdleTimeout),
+		MaxLifetime:        duration(o.MaxLifetime),
+		CheckAfterIdle:     duration(o.CheckAfterIdle),
+	})
+}
