@@ -121,7 +121,9 @@ func (g *gate[T]) acquireFast() (e *entry[T], ok bool, closed bool) {
 // wait queues for a permit until one is granted, ctx ends, timeout (if
 // positive) elapses, or the gate closes. On success the caller holds a
 // permit and, when e is not nil, the item that came with it. expired
-// reports that the timeout, not ctx, ended the wait.
+// reports that the timeout, not ctx, ended the wait. On error e is nil but
+// in one case (see leave): an item granted as the caller gave up, on a gate
+// that closed meanwhile; the caller holds its permit and must destroy it.
 func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T], expired bool, err error) {
 	g.mu.Lock()
 	if g.closed {
@@ -168,28 +170,40 @@ func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T],
 	}
 
 	if !woken {
-		// Canceled or timed out. A grant may have raced with us: it happened
-		// before we took the lock if and only if granted is set; otherwise
-		// removing ourselves under the lock makes any later grant skip us.
-		g.mu.Lock()
-		if !w.granted {
-			g.waiters.remove(w)
-			g.mu.Unlock()
-		} else {
-			g.mu.Unlock()
-			<-w.ready // sent under the lock, so already buffered
-			if w.err != nil {
-				err, expired = w.err, false // closed meanwhile: say so
-			} else {
-				// Granted at the instant we gave up: pass it on, so the
-				// permit (and the item) is never lost.
-				g.passOn(w.e)
-			}
+		var closed bool
+		if e, closed = g.leave(w); closed {
+			err, expired = ErrClosed, false // Close woke us at this instant: say so
 		}
 	}
 	w.e, w.err, w.granted = nil, nil, false
 	g.spare.Put(w)
 	return e, expired, err
+}
+
+// leave takes a waiter that gave up (canceled or timed out) out of the
+// queue. A grant may have raced with the giving up: it happened before leave
+// took the lock if and only if granted is set; otherwise removing the waiter
+// under the lock makes every later grant skip it. A raced grant of a permit
+// (with or without an item) is passed on, so it is never lost; leave reports
+// whether the grant was Close's ErrClosed instead. When the gate closed
+// between the grant and the passing on, the item cannot join the idle queue:
+// leave returns it, with its permit still held, for the caller to destroy.
+func (g *gate[T]) leave(w *waiter[T]) (stranded *entry[T], closed bool) {
+	g.mu.Lock()
+	if !w.granted {
+		g.waiters.remove(w)
+		g.mu.Unlock()
+		return nil, false
+	}
+	g.mu.Unlock()
+	<-w.ready // sent under the lock, so already buffered
+	if w.err != nil {
+		return nil, true
+	}
+	if !g.passOn(w.e) {
+		return w.e, false
+	}
+	return nil, false
 }
 
 // passOn gives back a permit that the caller holds, with its idle-ready
@@ -218,11 +232,13 @@ func (g *gate[T]) passOn(e *entry[T]) bool {
 }
 
 // tryAcquireBelow takes a bare permit without waiting, for Clear's refill,
-// while fewer than minIdle entries are idle.
+// while fewer than minIdle entries are idle. The permit is for creating an
+// item, not for taking an idle one, so it must leave room for the idle
+// items too: held + idle stays within size.
 func (g *gate[T]) tryAcquireBelow(minIdle int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed || g.held >= g.size || g.waiters.n > 0 || g.idle.len() >= minIdle {
+	if g.closed || g.held+g.idle.len() >= g.size || g.waiters.n > 0 || g.idle.len() >= minIdle {
 		return false
 	}
 	g.held++

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 )
@@ -118,7 +119,7 @@ const (
 // while seeding, it destroys the items already created and returns that
 // error. ctx bounds only the seeding.
 func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], error) {
-	if ff, isFunc := f.(FactoryFunc[T]); f == nil || isFunc && ff == nil {
+	if isNil(f) {
 		return nil, fmt.Errorf("%w: the factory is nil", ErrInvalidOptions)
 	}
 	opts, err := opts.withDefaults()
@@ -144,6 +145,19 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		return nil, err
 	}
 	return p, nil
+}
+
+// isNil reports whether f is nil or holds a nil pointer, func, map, slice,
+// channel or interface, which would panic on the first creation.
+func isNil[T any](f Factory[T]) bool {
+	if f == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(f); v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // seed creates MinSize idle items. On failure (or a panic) it destroys the
@@ -224,6 +238,9 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok, closed, wait b
 		var expired bool
 		var err error
 		e, expired, err = p.g.wait(ctx, p.opts.LeaseTimeout)
+		if err != nil && e != nil {
+			p.destroyAndFree(e, reasonClose) // stranded by Close as we gave up
+		}
 		waited := time.Since(start)
 		p.c.waits.Add(1)
 		p.c.waitTime.Add(int64(waited))
