@@ -2,7 +2,9 @@ package pool
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -142,43 +144,40 @@ func unqualify(name string) string {
 	return b.String()
 }
 
-// duration is a time.Duration that decodes from a Go duration string
-// ("1m30s") or a number of nanoseconds, and encodes as a string.
+// duration is a time.Duration that encodes as a Go duration string.
 type duration time.Duration
-
-// UnmarshalJSON implements json.Unmarshaler. null leaves d unchanged.
-func (d *duration) UnmarshalJSON(b []byte) error {
-	s := string(b)
-	if s == "null" {
-		return nil
-	}
-	if strings.HasPrefix(s, `"`) {
-		var str string
-		if err := json.Unmarshal(b, &str); err != nil {
-			return err
-		}
-		v, err := time.ParseDuration(str)
-		if err != nil {
-			return err
-		}
-		*d = duration(v)
-		return nil
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return fmt.Errorf("time: invalid duration %s: want a string such as \"30s\" or whole nanoseconds", s)
-	}
-	*d = duration(v)
-	return nil
-}
 
 // MarshalJSON implements json.Marshaler.
 func (d duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(time.Duration(d).String())
 }
 
-// optionsJSON is the JSON form of Options: the same keys, durations as
-// strings. Only the fields that can come from configuration are here.
+// parseDuration decodes a JSON duration: a Go duration string ("1m30s") or
+// a whole number of nanoseconds. null (or nothing) reports ok false.
+func parseDuration(raw json.RawMessage) (d time.Duration, ok bool, err error) {
+	s := strings.TrimSpace(string(raw))
+	switch {
+	case s == "" || s == "null":
+		return 0, false, nil
+	case strings.HasPrefix(s, `"`):
+		var str string
+		if err := json.Unmarshal(raw, &str); err != nil {
+			return 0, false, err
+		}
+		d, err := time.ParseDuration(str)
+		return d, err == nil, err
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.Duration(n), true, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < math.MaxInt64 {
+		return time.Duration(f), true, nil // 1e9: a whole number in exponent form
+	}
+	return 0, false, fmt.Errorf("invalid duration %s: want a string such as \"30s\" or whole nanoseconds", s)
+}
+
+// optionsJSON is the JSON form of Options that MarshalJSON writes: the
+// fields that can come from configuration, durations as strings.
 type optionsJSON struct {
 	Name               string   `json:"Name,omitempty"`
 	MinSize            int      `json:"MinSize"`
@@ -191,37 +190,73 @@ type optionsJSON struct {
 	CheckAfterIdle     duration `json:"CheckAfterIdle"`
 }
 
+// optionsInput is what UnmarshalJSON reads: pointers and raw durations, so
+// that an absent or null key can be told from a zero.
+type optionsInput struct {
+	Name               *string
+	MinSize            *int
+	MaxSize            *int
+	LeaseTimeout       json.RawMessage
+	PreparationTimeout json.RawMessage
+	CreateTimeout      json.RawMessage
+	IdleTimeout        json.RawMessage
+	MaxLifetime        json.RawMessage
+	CheckAfterIdle     json.RawMessage
+}
+
 // UnmarshalJSON decodes o from a JSON object keyed by the field names
 // (matched without regard to case, as encoding/json does): {"MaxSize": 20,
-// "LeaseTimeout": "30s"}. Durations accept Go duration strings or numbers of
-// nanoseconds. A key that is absent or null leaves its field as it was, so
-// decoding a shared section and then a per-pool section into the same value
-// overlays the second on the first. Function- and interface-valued fields
-// are never read from JSON.
+// "LeaseTimeout": "30s"}. Durations accept Go duration strings or whole
+// numbers of nanoseconds. A key that is absent or null leaves its field as
+// it was, so decoding a shared section and then a per-pool section into the
+// same value overlays the second on the first. Function- and
+// interface-valued fields are never read from JSON, and unknown keys are
+// ignored, as encoding/json ignores them by default (a Decoder's
+// DisallowUnknownFields does not reach into this method). On error o is
+// left unchanged and the message names the field.
 func (o *Options[T]) UnmarshalJSON(data []byte) error {
-	j := optionsJSON{
-		Name:               o.Name,
-		MinSize:            o.MinSize,
-		MaxSize:            o.MaxSize,
-		LeaseTimeout:       duration(o.LeaseTimeout),
-		PreparationTimeout: duration(o.PreparationTimeout),
-		CreateTimeout:      duration(o.CreateTimeout),
-		IdleTimeout:        duration(o.IdleTimeout),
-		MaxLifetime:        duration(o.MaxLifetime),
-		CheckAfterIdle:     duration(o.CheckAfterIdle),
-	}
-	if err := json.Unmarshal(data, &j); err != nil {
+	var in optionsInput
+	if err := json.Unmarshal(data, &in); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return fmt.Errorf("pool: decode options: %s: JSON %s is not a %s", typeErr.Field, typeErr.Value, typeErr.Type)
+		}
+		if errors.As(err, &typeErr) {
+			return fmt.Errorf("pool: decode options: want a JSON object, got %s", typeErr.Value)
+		}
 		return fmt.Errorf("pool: decode options: %w", err)
 	}
-	o.Name = j.Name
-	o.MinSize = j.MinSize
-	o.MaxSize = j.MaxSize
-	o.LeaseTimeout = time.Duration(j.LeaseTimeout)
-	o.PreparationTimeout = time.Duration(j.PreparationTimeout)
-	o.CreateTimeout = time.Duration(j.CreateTimeout)
-	o.IdleTimeout = time.Duration(j.IdleTimeout)
-	o.MaxLifetime = time.Duration(j.MaxLifetime)
-	o.CheckAfterIdle = time.Duration(j.CheckAfterIdle)
+	next := *o
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *time.Duration
+	}{
+		{"LeaseTimeout", in.LeaseTimeout, &next.LeaseTimeout},
+		{"PreparationTimeout", in.PreparationTimeout, &next.PreparationTimeout},
+		{"CreateTimeout", in.CreateTimeout, &next.CreateTimeout},
+		{"IdleTimeout", in.IdleTimeout, &next.IdleTimeout},
+		{"MaxLifetime", in.MaxLifetime, &next.MaxLifetime},
+		{"CheckAfterIdle", in.CheckAfterIdle, &next.CheckAfterIdle},
+	} {
+		d, ok, err := parseDuration(f.raw)
+		if err != nil {
+			return fmt.Errorf("pool: decode options: %s: %w", f.name, err)
+		}
+		if ok {
+			*f.dst = d
+		}
+	}
+	if in.Name != nil {
+		next.Name = *in.Name
+	}
+	if in.MinSize != nil {
+		next.MinSize = *in.MinSize
+	}
+	if in.MaxSize != nil {
+		next.MaxSize = *in.MaxSize
+	}
+	*o = next
 	return nil
 }
 

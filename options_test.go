@@ -1,0 +1,493 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// optBox is a generic item type, for the default names of instantiated types.
+type optBox[V any] struct{ _ V }
+
+// optItem is a named type of this package, as a type argument: its
+// qualified name carries the module path, slashes, dots and a hyphen.
+type optItem struct{}
+
+// optPreparer is a Preparer set in code, to check that decoding keeps it.
+type optPreparer struct{ calls int }
+
+func (p *optPreparer) IsReady(context.Context, *conn) (bool, error) { p.calls++; return true, nil }
+func (p *optPreparer) Prepare(context.Context, *conn) error         { return nil }
+
+// optSeedFactory wraps a tracker for seeding: its k-th call (from 1) fails
+// with fail, or panics with panicVal when that is set. It remembers every
+// conn it made. New seeds on the calling goroutine, one item at a time.
+type optSeedFactory struct {
+	tr       *tracker
+	k        int
+	fail     error
+	panicVal any
+	calls    int
+	conns    []*conn
+}
+
+func (f *optSeedFactory) Create(ctx context.Context) (*conn, error) {
+	f.calls++
+	if f.calls == f.k {
+		if f.panicVal != nil {
+			panic(f.panicVal)
+		}
+		return nil, f.fail
+	}
+	c, err := f.tr.Create(ctx)
+	if err == nil {
+		f.conns = append(f.conns, c)
+	}
+	return c, err
+}
+
+var errOptSeed = errors.New("opt: seed dial refused")
+
+func TestNewRejectsInvalidOptions(t *testing.T) {
+	tr := &tracker{}
+	cases := []struct {
+		name    string
+		factory Factory[*conn]
+		opts    Options[*conn]
+		want    []string // substrings of the message: the field, and the value where there is one
+	}{
+		{"negative MaxSize", tr, Options[*conn]{MaxSize: -1}, []string{"MaxSize", "-1"}},
+		{"negative MinSize", tr, Options[*conn]{MinSize: -1, MaxSize: 5}, []string{"MinSize", "-1"}},
+		{"MinSize above MaxSize", tr, Options[*conn]{MinSize: 6, MaxSize: 5}, []string{"MinSize", "6", "5"}},
+		{"MinSize above the default MaxSize", tr, Options[*conn]{MinSize: DefaultMaxSize + 1}, []string{"MinSize", "101"}},
+		{"negative LeaseTimeout", tr, Options[*conn]{MinSize: 1, LeaseTimeout: -time.Second}, []string{"LeaseTimeout", "-1s"}},
+		{"negative PreparationTimeout", tr, Options[*conn]{MinSize: 1, PreparationTimeout: -time.Second}, []string{"PreparationTimeout", "-1s"}},
+		{"negative CreateTimeout", tr, Options[*conn]{MinSize: 1, CreateTimeout: -time.Second}, []string{"CreateTimeout", "-1s"}},
+		{"negative IdleTimeout", tr, Options[*conn]{MinSize: 1, IdleTimeout: -time.Second}, []string{"IdleTimeout", "-1s"}},
+		{"negative MaxLifetime", tr, Options[*conn]{MinSize: 1, MaxLifetime: -time.Second}, []string{"MaxLifetime", "-1s"}},
+		{"negative CheckAfterIdle", tr, Options[*conn]{MinSize: 1, CheckAfterIdle: -1}, []string{"CheckAfterIdle", "-1ns"}},
+		{"nil Factory", nil, Options[*conn]{}, []string{"factory"}},
+		{"nil FactoryFunc", FactoryFunc[*conn](nil), Options[*conn]{}, []string{"factory"}},
+		{"typed nil pointer Factory", (*tracker)(nil), Options[*conn]{}, []string{"factory"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(context.Background(), tc.factory, tc.opts)
+			require.Error(t, err)
+			assert.Nil(t, p)
+			assert.ErrorIs(t, err, ErrInvalidOptions)
+			for _, s := range tc.want {
+				assert.Contains(t, err.Error(), s)
+			}
+		})
+	}
+	// Validation comes before seeding: no case created an item.
+	assert.Zero(t, tr.created.Load(), "items created by a New that refused its options")
+	assert.Zero(t, tr.live.Load())
+}
+
+func TestNewAcceptsValidOptions(t *testing.T) {
+	cases := []struct {
+		name             string
+		opts             Options[*conn]
+		wantMin, wantMax int
+	}{
+		{"zero Options", Options[*conn]{}, 0, DefaultMaxSize},
+		{"MaxSize 1", Options[*conn]{MaxSize: 1}, 0, 1},
+		{"MinSize equal to MaxSize", Options[*conn]{MinSize: 3, MaxSize: 3}, 3, 3},
+		{"MinSize equal to the default MaxSize", Options[*conn]{MinSize: DefaultMaxSize}, DefaultMaxSize, DefaultMaxSize},
+		{"every duration set", Options[*conn]{
+			LeaseTimeout: time.Second, PreparationTimeout: time.Second, CreateTimeout: time.Second,
+			IdleTimeout: time.Minute, MaxLifetime: time.Hour, CheckAfterIdle: time.Second,
+		}, 0, DefaultMaxSize},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, tr := newTracked(t, tc.opts)
+			st := p.Stats()
+			assert.Equal(t, tc.wantMin, st.MinSize)
+			assert.Equal(t, tc.wantMax, st.MaxSize)
+			assert.Equal(t, "conn.Pool", st.Name)
+			assert.Equal(t, int64(tc.wantMin), tr.live.Load())
+			require.NoError(t, p.Close())
+			assert.Zero(t, tr.live.Load())
+		})
+	}
+}
+
+func TestDefaultName(t *testing.T) {
+	cases := []struct {
+		name string
+		got  func() string
+		want string
+	}{
+		{"pointer to a named type", defaultName[*bytes.Buffer], "Buffer.Pool"},
+		{"SPEC's example *sql.Conn", defaultName[*sql.Conn], "Conn.Pool"},
+		{"pointer to a pointer", defaultName[**bytes.Buffer], "Buffer.Pool"},
+		{"named type of this package", defaultName[*conn], "conn.Pool"},
+		{"predeclared type", defaultName[int], "int.Pool"},
+		{"named non-struct type", defaultName[time.Duration], "Duration.Pool"},
+		{"interface type", defaultName[io.Reader], "Reader.Pool"},
+		{"generic type", defaultName[optBox[int]], "optBox[int].Pool"},
+		// Leading stars go; a star inside a type argument is part of the
+		// type (optBox[*Buffer] and optBox[Buffer] differ), so it stays,
+		// while the argument's package path goes.
+		{"pointer to a generic type over another package's pointer", defaultName[*optBox[*bytes.Buffer]], "optBox[*Buffer].Pool"},
+		{"generic type over a type of this module", defaultName[optBox[optItem]], "optBox[optItem].Pool"},
+		{"nested generic types", defaultName[optBox[map[string]*optBox[*sql.Conn]]], "optBox[map[string]*optBox[*Conn]].Pool"},
+		{"unnamed type", defaultName[[]*bytes.Buffer], "[]*Buffer.Pool"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.got())
+		})
+	}
+}
+
+func TestNewName(t *testing.T) {
+	cases := []struct {
+		name string
+		opts Options[*conn]
+		want string
+	}{
+		{"default", Options[*conn]{}, "conn.Pool"},
+		{"explicit Name is kept", Options[*conn]{Name: "orders-db"}, "orders-db"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := newTracked(t, tc.opts)
+			assert.Equal(t, tc.want, p.Name())
+			assert.Equal(t, tc.want, p.Stats().Name)
+		})
+	}
+}
+
+func TestNewSeedsMinSizeItems(t *testing.T) {
+	for _, minSize := range []int{0, 1, 3, 5} {
+		t.Run(fmt.Sprintf("MinSize=%d", minSize), func(t *testing.T) {
+			p, tr := newTracked(t, Options[*conn]{MinSize: minSize, MaxSize: 5})
+			st := p.Stats()
+			assert.Equal(t, int64(minSize), tr.created.Load())
+			assert.Equal(t, int64(minSize), tr.live.Load())
+			assert.Equal(t, uint64(minSize), st.Created)
+			assert.Equal(t, minSize, st.ItemsAvailable)
+			assert.Equal(t, minSize, st.ItemsAllocated)
+			assert.Zero(t, st.ActiveLeases)
+			assert.Zero(t, st.Destroyed)
+		})
+	}
+}
+
+func TestNewSeedFailureDestroysCreatedItems(t *testing.T) {
+	for _, k := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("fails on call %d", k), func(t *testing.T) {
+			tr := &tracker{}
+			f := &optSeedFactory{tr: tr, k: k, fail: errOptSeed}
+			p, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 4, MaxSize: 4, Destroy: tr.destroy})
+			require.Error(t, err)
+			assert.Nil(t, p)
+			assert.ErrorIs(t, err, errOptSeed)
+			assert.NotErrorIs(t, err, ErrInvalidOptions)
+			assert.Equal(t, k, f.calls, "seeding went on after a failure")
+			assert.Len(t, f.conns, k-1)
+			assert.Zero(t, tr.live.Load(), "items created before the failure leaked")
+			for _, c := range f.conns {
+				assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
+			}
+		})
+	}
+}
+
+func TestNewSeedFailureDestroysWithDefaultDisposal(t *testing.T) {
+	tr := &tracker{}
+	f := &optSeedFactory{tr: tr, k: 3, fail: errOptSeed}
+	_, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 3}) // no Destroy: conn is an io.Closer
+	require.ErrorIs(t, err, errOptSeed)
+	require.Len(t, f.conns, 2)
+	for _, c := range f.conns {
+		assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
+	}
+}
+
+func TestNewSeedFailureJoinsDestroyErrors(t *testing.T) {
+	errDestroy := errors.New("opt: close failed")
+	tr := &tracker{}
+	f := &optSeedFactory{tr: tr, k: 3, fail: errOptSeed}
+	destroy := func(c *conn) error {
+		_ = tr.destroy(c)
+		return errDestroy
+	}
+	_, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 3, Destroy: destroy})
+	assert.ErrorIs(t, err, errOptSeed)
+	assert.ErrorIs(t, err, errDestroy)
+	assert.Zero(t, tr.live.Load())
+}
+
+func TestNewSeedPanicDestroysCreatedItems(t *testing.T) {
+	for _, k := range []int{1, 3} {
+		t.Run(fmt.Sprintf("panics on call %d", k), func(t *testing.T) {
+			tr := &tracker{}
+			f := &optSeedFactory{tr: tr, k: k, panicVal: "opt: factory panic"}
+			assert.PanicsWithValue(t, "opt: factory panic", func() {
+				_, _ = New[*conn](context.Background(), f, Options[*conn]{MinSize: 3, Destroy: tr.destroy})
+			})
+			assert.Len(t, f.conns, k-1)
+			assert.Zero(t, tr.live.Load(), "items created before the panic leaked")
+			for _, c := range f.conns {
+				assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
+			}
+		})
+	}
+}
+
+// optConfigurable is the configurable part of Options, comparable with ==.
+type optConfigurable struct {
+	Name                                            string
+	MinSize, MaxSize                                int
+	LeaseTimeout, PreparationTimeout, CreateTimeout time.Duration
+	IdleTimeout, MaxLifetime, CheckAfterIdle        time.Duration
+}
+
+func optConfig(o Options[*conn]) optConfigurable {
+	return optConfigurable{
+		o.Name, o.MinSize, o.MaxSize,
+		o.LeaseTimeout, o.PreparationTimeout, o.CreateTimeout,
+		o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle,
+	}
+}
+
+// optFull has every configurable field set to a distinct value.
+var optFull = Options[*conn]{
+	Name: "full", MinSize: 2, MaxSize: 9,
+	LeaseTimeout: 1 * time.Second, PreparationTimeout: 2 * time.Second, CreateTimeout: 3 * time.Second,
+	IdleTimeout: 4 * time.Minute, MaxLifetime: 5 * time.Hour, CheckAfterIdle: 6 * time.Millisecond,
+}
+
+func TestOptionsUnmarshalJSON(t *testing.T) {
+	cases := []struct {
+		name  string
+		start Options[*conn]
+		in    string
+		want  func(*Options[*conn])
+	}{
+		{"SPEC's example", Options[*conn]{}, `{"MaxSize": 20, "LeaseTimeout": "30s"}`, func(o *Options[*conn]) {
+			o.MaxSize, o.LeaseTimeout = 20, 30*time.Second
+		}},
+		{"every field, durations as strings", Options[*conn]{}, `{"Name": "p", "MinSize": 1, "MaxSize": 2,
+			"LeaseTimeout": "1s", "PreparationTimeout": "1.5s", "CreateTimeout": "2m",
+			"IdleTimeout": "1h30m", "MaxLifetime": "24h", "CheckAfterIdle": "250ms"}`, func(o *Options[*conn]) {
+			o.Name, o.MinSize, o.MaxSize = "p", 1, 2
+			o.LeaseTimeout, o.PreparationTimeout, o.CreateTimeout = time.Second, 1500*time.Millisecond, 2*time.Minute
+			o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle = 90*time.Minute, 24*time.Hour, 250*time.Millisecond
+		}},
+		{"durations as nanosecond numbers", Options[*conn]{}, `{"LeaseTimeout": 1500000000,
+			"PreparationTimeout": 1, "CreateTimeout": 0, "IdleTimeout": 60000000000,
+			"MaxLifetime": 3600000000000, "CheckAfterIdle": 250000000}`, func(o *Options[*conn]) {
+			o.LeaseTimeout, o.PreparationTimeout = 1500*time.Millisecond, time.Nanosecond
+			o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle = time.Minute, time.Hour, 250*time.Millisecond
+		}},
+		{"keys without regard to case", Options[*conn]{}, `{"maxsize": 7, "MINSIZE": 1, "leaseTimeout": "2s", "name": "lower"}`, func(o *Options[*conn]) {
+			o.MaxSize, o.MinSize, o.LeaseTimeout, o.Name = 7, 1, 2*time.Second, "lower"
+		}},
+		{"null leaves every field as it was", optFull, `{"Name": null, "MinSize": null, "MaxSize": null,
+			"LeaseTimeout": null, "PreparationTimeout": null, "CreateTimeout": null,
+			"IdleTimeout": null, "MaxLifetime": null, "CheckAfterIdle": null}`, func(*Options[*conn]) {}},
+		{"absent keys leave their fields as they were", optFull, `{"MinSize": 3}`, func(o *Options[*conn]) { o.MinSize = 3 }},
+		{"empty object changes nothing", optFull, `{}`, func(*Options[*conn]) {}},
+		{"null document changes nothing", optFull, `null`, func(*Options[*conn]) {}},
+		{"explicit zero overrides", optFull, `{"LeaseTimeout": 0, "IdleTimeout": "0s", "MinSize": 0, "Name": ""}`, func(o *Options[*conn]) {
+			o.LeaseTimeout, o.IdleTimeout, o.MinSize, o.Name = 0, 0, 0, ""
+		}},
+		{"negative duration decodes (New refuses it)", Options[*conn]{}, `{"IdleTimeout": "-1m"}`, func(o *Options[*conn]) { o.IdleTimeout = -time.Minute }},
+		{"keys of code-only fields are ignored", optFull, `{"Preparer": {"x": 1}, "Reset": "r", "Destroy": 5}`, func(*Options[*conn]) {}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.start
+			require.NoError(t, json.Unmarshal([]byte(tc.in), &got))
+			want := tc.start
+			tc.want(&want)
+			assert.Equal(t, optConfig(want), optConfig(got))
+		})
+	}
+}
+
+func TestOptionsUnmarshalJSONNegativeDurationRefusedByNew(t *testing.T) {
+	var o Options[*conn]
+	require.NoError(t, json.Unmarshal([]byte(`{"IdleTimeout": "-1m"}`), &o))
+	_, err := New[*conn](context.Background(), &tracker{}, o)
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+	assert.ErrorContains(t, err, "IdleTimeout")
+}
+
+func TestOptionsUnmarshalJSONOverlaysSections(t *testing.T) {
+	var o Options[*conn]
+	require.NoError(t, json.Unmarshal([]byte(`{"MaxSize": 10, "LeaseTimeout": "5s", "IdleTimeout": "1m"}`), &o))
+	require.NoError(t, json.Unmarshal([]byte(`{"Name": "ReadPool", "MaxSize": 20}`), &o))
+	assert.Equal(t, optConfigurable{
+		Name:         "ReadPool",
+		MaxSize:      20,              // the pool's own
+		LeaseTimeout: 5 * time.Second, // inherited
+		IdleTimeout:  time.Minute,     // inherited
+	}, optConfig(o))
+}
+
+func TestOptionsUnmarshalJSONKeepsCodeFields(t *testing.T) {
+	prep := &optPreparer{}
+	var resets, destroys int
+	o := Options[*conn]{
+		Preparer: prep,
+		Reset:    func(*conn) error { resets++; return nil },
+		Destroy:  func(*conn) error { destroys++; return nil },
+	}
+	require.NoError(t, json.Unmarshal([]byte(`{"MaxSize": 3, "Preparer": null, "Reset": null, "Destroy": null}`), &o))
+	assert.Equal(t, 3, o.MaxSize)
+	assert.Same(t, prep, o.Preparer)
+	require.NotNil(t, o.Reset)
+	require.NotNil(t, o.Destroy)
+	require.NoError(t, o.Reset(nil))
+	require.NoError(t, o.Destroy(nil))
+	assert.Equal(t, 1, resets)
+	assert.Equal(t, 1, destroys)
+}
+
+func TestOptionsUnmarshalJSONRejectsInvalidDurations(t *testing.T) {
+	cases := []struct {
+		name  string
+		in    string
+		field string // the offending field and value, which the message must name
+		bad   string
+	}{
+		{"unknown unit", `{"LeaseTimeout": "5 parsecs"}`, "LeaseTimeout", "5 parsecs"},
+		{"missing unit", `{"IdleTimeout": "30"}`, "IdleTimeout", "30"},
+		{"fractional number", `{"MaxLifetime": 1.5}`, "MaxLifetime", "1.5"},
+		{"boolean", `{"CreateTimeout": true}`, "CreateTimeout", "true"},
+		{"object", `{"CheckAfterIdle": {}}`, "CheckAfterIdle", "{}"},
+		{"string for a number", `{"MaxSize": "ten"}`, "MaxSize", "string"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := optFull
+			err := json.Unmarshal([]byte(tc.in), &o)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.field)
+			assert.Contains(t, err.Error(), tc.bad)
+			assert.Equal(t, optConfig(optFull), optConfig(o), "a failed decode changed the options")
+		})
+	}
+}
+
+func TestOptionsMarshalJSONRoundTrips(t *testing.T) {
+	for _, o := range []Options[*conn]{optFull, {}, {MaxSize: 20, LeaseTimeout: 30 * time.Second}} {
+		b, err := json.Marshal(o)
+		require.NoError(t, err)
+		var back Options[*conn]
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, optConfig(o), optConfig(back), "%s", b)
+	}
+}
+
+func TestOptionsMarshalJSONWritesDurationStrings(t *testing.T) {
+	o := Options[*conn]{
+		MaxSize: 20, LeaseTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
+		Reset: func(*conn) error { return nil }, Preparer: &optPreparer{},
+	}
+	// Both as a value and behind a pointer, as a field of a config struct.
+	for _, v := range []any{o, &o, struct{ Pool Options[*conn] }{o}} {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(b, &m))
+		if inner, ok := m["Pool"].(map[string]any); ok {
+			m = inner
+		}
+		assert.Equal(t, "30s", m["LeaseTimeout"], "%s", b)
+		assert.Equal(t, "1m30s", m["IdleTimeout"], "%s", b)
+		assert.Equal(t, "0s", m["MaxLifetime"], "%s", b)
+		assert.Equal(t, float64(20), m["MaxSize"], "%s", b)
+		assert.NotContains(t, m, "Reset")
+		assert.NotContains(t, m, "Preparer")
+	}
+}
+
+// Every Options field is either tagged json:"-" (function- and
+// interface-valued fields, set in code) or written by MarshalJSON under its
+// own name: a field added without JSON support fails here.
+func TestOptionsJSONCoversEveryConfigurableField(t *testing.T) {
+	b, err := json.Marshal(optFull)
+	require.NoError(t, err)
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(b, &m))
+
+	var want []string
+	typ := reflect.TypeFor[Options[*conn]]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Func, reflect.Interface:
+			assert.Equal(t, "-", f.Tag.Get("json"), "code-only field %s is not tagged json:\"-\"", f.Name)
+			continue
+		}
+		want = append(want, f.Name)
+	}
+	var got []string
+	for k := range m {
+		got = append(got, k)
+	}
+	sort.Strings(want)
+	sort.Strings(got)
+	assert.Equal(t, want, got)
+}
+
+func TestOptionsFromConfigDocument(t *testing.T) {
+	doc := `{
+		"Shared": {"MaxSize": 10, "LeaseTimeout": "5s", "IdleTimeout": "1m"},
+		"Pools": {
+			"ReadPool":  {"MaxSize": 20},
+			"WritePool": {"MaxSize": 4, "MinSize": 1, "LeaseTimeout": "1s"}
+		}
+	}`
+	var cfg struct {
+		Shared json.RawMessage
+		Pools  map[string]json.RawMessage
+	}
+	require.NoError(t, json.Unmarshal([]byte(doc), &cfg))
+	require.Len(t, cfg.Pools, 2)
+
+	pools := map[string]*Pool[*conn]{}
+	for name, section := range cfg.Pools {
+		o := Options[*conn]{Name: name} // the section's key names the pool unless it says otherwise
+		require.NoError(t, json.Unmarshal(cfg.Shared, &o))
+		require.NoError(t, json.Unmarshal(section, &o))
+		p, _ := newTracked(t, o)
+		pools[name] = p
+	}
+
+	read, write := pools["ReadPool"], pools["WritePool"]
+	require.NotNil(t, read)
+	require.NotNil(t, write)
+	rs, ws := read.Stats(), write.Stats()
+	assert.Equal(t, "ReadPool", rs.Name)
+	assert.Equal(t, "WritePool", ws.Name)
+	assert.NotEqual(t, rs.Name, ws.Name)
+	assert.Equal(t, 20, rs.MaxSize)
+	assert.Equal(t, 4, ws.MaxSize)
+	assert.Equal(t, 0, rs.MinSize)
+	assert.Equal(t, 1, ws.MinSize)
+	assert.Equal(t, 1, ws.ItemsAvailable, "WritePool's MinSize was not seeded")
+	assert.Equal(t, 5*time.Second, read.opts.LeaseTimeout)
+	assert.Equal(t, time.Second, write.opts.LeaseTimeout)
+	assert.Equal(t, time.Minute, read.opts.IdleTimeout)
+	assert.Equal(t, time.Minute, write.opts.IdleTimeout)
+}
