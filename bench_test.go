@@ -1,0 +1,199 @@
+package pool
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The baseline benchmarks: every change to the hot paths is measured against
+// them with benchstat (-count 6 or more, -cpu 1,2). Items are *conn from
+// testutil_test.go: allocated one by one and padded, so no two share a cache
+// line, as real connections don't.
+
+// bnReady is a Preparer that finds every item ready and costs nothing, so
+// BenchmarkLeaseRelease/preparer measures the pool's share of the check.
+type bnReady struct{}
+
+func (bnReady) IsReady(context.Context, *conn) (bool, error) { return true, nil }
+func (bnReady) Prepare(context.Context, *conn) error         { return nil }
+
+// bnPool returns a pool over a counting factory, and a func that closes it
+// and checks that Close destroyed everything without error.
+func bnPool(b *testing.B, opts Options[*conn]) (*Pool[*conn], func()) {
+	b.Helper()
+	p, tr := newTracked(b, opts)
+	return p, func() {
+		b.Helper()
+		require.NoError(b, p.Close())
+		assert.Zero(b, tr.live.Load(), "items left alive after Close")
+	}
+}
+
+// bnSequential leases and releases on one goroutine, b.Loop times.
+func bnSequential(b *testing.B, p *Pool[*conn]) {
+	b.Helper()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := p.Lease(ctx)
+		if err != nil {
+			b.Fatalf("Lease: %v", err)
+		}
+		l.Release()
+	}
+}
+
+// bnParallel leases and releases on GOMAXPROCS×parallelism goroutines.
+func bnParallel(b *testing.B, p *Pool[*conn]) {
+	b.Helper()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := p.Lease(ctx)
+			if err != nil {
+				b.Errorf("Lease: %v", err)
+				return
+			}
+			l.Release()
+		}
+	})
+}
+
+// bnReportWaits reports the leases that queued for a permit per op: how
+// often a benchmark exercised the wait and hand-off path rather than the
+// fast path.
+func bnReportWaits(b *testing.B, p *Pool[*conn], before uint64) {
+	b.ReportMetric(float64(p.Stats().Waits-before)/float64(b.N), "waits/op")
+}
+
+func BenchmarkLeaseRelease(b *testing.B) {
+	b.Run("sequential", func(b *testing.B) {
+		p, done := bnPool(b, Options[*conn]{MinSize: 16, MaxSize: 16})
+		defer done()
+		bnSequential(b, p)
+	})
+	b.Run("parallel", func(b *testing.B) {
+		p, done := bnPool(b, Options[*conn]{MinSize: 16, MaxSize: 16})
+		defer done()
+		bnParallel(b, p)
+	})
+	b.Run("contended", func(b *testing.B) {
+		// 4 goroutines per P over 2 items: most leases queue, and most
+		// releases hand their item straight to the oldest waiter.
+		p, done := bnPool(b, Options[*conn]{MinSize: 2, MaxSize: 2})
+		defer done()
+		before := p.Stats().Waits
+		b.SetParallelism(4)
+		bnParallel(b, p)
+		bnReportWaits(b, p, before)
+	})
+	b.Run("preparer", func(b *testing.B) {
+		p, done := bnPool(b, Options[*conn]{MinSize: 16, MaxSize: 16, Preparer: bnReady{}})
+		defer done()
+		bnSequential(b, p)
+		assert.Zero(b, p.Stats().PrepareFailed)
+	})
+	b.Run("expiry", func(b *testing.B) {
+		// Limits far beyond the benchmark's run: every lease and release
+		// reads the clock and judges the item, and none expires.
+		p, done := bnPool(b, Options[*conn]{MinSize: 16, MaxSize: 16, IdleTimeout: time.Hour, MaxLifetime: time.Hour})
+		defer done()
+		bnSequential(b, p)
+		s := p.Stats()
+		assert.Zero(b, s.IdleExpired+s.LifetimeExpired, "an item expired")
+	})
+}
+
+// BenchmarkTryLeaseExhausted measures the refusal: TryLease on a pool whose
+// only permit is held.
+func BenchmarkTryLeaseExhausted(b *testing.B) {
+	p, done := bnPool(b, Options[*conn]{MinSize: 1, MaxSize: 1})
+	defer done()
+	ctx := context.Background()
+	held, err := p.Lease(ctx)
+	require.NoError(b, err)
+	defer held.Release()
+
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err = p.TryLease(ctx); err == nil {
+			b.Fatal("TryLease succeeded on an exhausted pool")
+		}
+	}
+	assert.ErrorIs(b, err, ErrExhausted)
+}
+
+// BenchmarkHandoff measures a round trip of one item between two goroutines
+// over a pool of one. Each side releases only once the other is queued for
+// the item, so every release is a hand-off to a waiter and every lease a
+// wait: an op is two hand-offs (and includes polling Stats for the queue).
+func BenchmarkHandoff(b *testing.B) {
+	p, done := bnPool(b, Options[*conn]{MinSize: 1, MaxSize: 1})
+	defer done()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	held, err := p.Lease(ctx)
+	require.NoError(b, err)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			l, err := p.Lease(ctx) // queues: the benchmark holds the item
+			if err != nil {
+				return // stop ended the wait
+			}
+			bnAwaitQueued(ctx, p)
+			l.Release()
+		}
+	}()
+
+	before := p.Stats().Waits
+	b.ReportAllocs()
+	for b.Loop() {
+		bnAwaitQueued(ctx, p)
+		held.Release() // to the partner, which is queued
+		if held, err = p.Lease(ctx); err != nil {
+			b.Fatalf("Lease: %v", err)
+		}
+	}
+	waits := p.Stats().Waits - before
+	stop()
+	wg.Wait()
+	held.Release()
+	assert.Equal(b, 2*uint64(b.N), waits, "a lease did not wait for a hand-off")
+}
+
+// bnAwaitQueued returns once a lease is queued on p, or ctx has ended.
+func bnAwaitQueued(ctx context.Context, p *Pool[*conn]) {
+	for p.Stats().QueuedLeases == 0 && ctx.Err() == nil {
+		runtime.Gosched() // with one P, the waiter must get to run
+	}
+}
+
+// BenchmarkCreate measures the creation path: every lease creates an item
+// (Discard destroys it), with a ctx that cannot end, as most callers pass.
+func BenchmarkCreate(b *testing.B) {
+	p, done := bnPool(b, Options[*conn]{MaxSize: 1})
+	defer done()
+	ctx := context.Background()
+	before := p.Stats().Created
+
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := p.Lease(ctx)
+		if err != nil {
+			b.Fatalf("Lease: %v", err)
+		}
+		l.Discard()
+	}
+	assert.Equal(b, uint64(b.N), p.Stats().Created-before, "a lease did not create")
+}
