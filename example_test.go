@@ -1,0 +1,220 @@
+package pool_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/msl-armory/pool"
+)
+
+// exConn stands in for a network connection in the examples.
+type exConn struct {
+	id     int
+	server *exServer
+	epoch  int // the server epoch the connection was made in
+}
+
+func (c *exConn) Send(msg string) error {
+	fmt.Printf("conn %d: %s\n", c.id, msg)
+	return nil
+}
+
+// Close makes exConn an io.Closer, so the pool closes it when it lets go.
+func (c *exConn) Close() error {
+	fmt.Printf("conn %d: closed\n", c.id)
+	return nil
+}
+
+// exServer is the far end: Create dials it, and a restart drops every
+// connection made before.
+type exServer struct {
+	dialed int
+	epoch  int
+}
+
+// Create makes exServer a pool.Factory.
+func (s *exServer) Create(ctx context.Context) (*exConn, error) {
+	s.dialed++
+	return &exConn{id: s.dialed, server: s, epoch: s.epoch}, nil
+}
+
+func (s *exServer) restart() { s.epoch++ }
+
+func ExampleNew() {
+	dial := pool.FactoryFunc[*exConn](func(ctx context.Context) (*exConn, error) {
+		return &exConn{id: 1}, nil // a real factory would dial with ctx
+	})
+	p, err := pool.New(context.Background(), dial, pool.Options[*exConn]{
+		Name:         "mail",
+		MinSize:      1, // dialed now, by New
+		MaxSize:      10,
+		LeaseTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	s := p.Stats()
+	fmt.Printf("%s: %d idle, at most %d\n", s.Name, s.ItemsAvailable, s.MaxSize)
+	// Output:
+	// mail: 1 idle, at most 10
+	// conn 1: closed
+}
+
+func ExamplePool_Lease() {
+	p, err := pool.New[*exConn](context.Background(), &exServer{}, pool.Options[*exConn]{MaxSize: 4})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	send := func(ctx context.Context, msg string) error {
+		l, err := p.Lease(ctx)
+		if err != nil {
+			return err
+		}
+		defer l.Release()
+		return l.Value().Send(msg)
+	}
+	for _, msg := range []string{"hello", "again"} {
+		if err := send(context.Background(), msg); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// conn 1: hello
+	// conn 1: again
+	// conn 1: closed
+}
+
+func ExamplePool_TryLease() {
+	ctx := context.Background()
+	p, err := pool.New[*exConn](ctx, &exServer{}, pool.Options[*exConn]{Name: "mail", MaxSize: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	busy, err := p.Lease(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer busy.Release()
+
+	// TryLease never waits: with every item leased it fails at once.
+	_, err = p.TryLease(ctx)
+	if errors.Is(err, pool.ErrExhausted) {
+		fmt.Println("no connection free, try later:", err)
+	}
+	// Output:
+	// no connection free, try later: pool: exhausted: pool "mail": all 1 permits are held
+	// conn 1: closed
+}
+
+// exPinger is a Preparer: it finds connections that the server dropped and
+// reconnects them.
+type exPinger struct{}
+
+func (exPinger) IsReady(ctx context.Context, c *exConn) (bool, error) {
+	return c.epoch == c.server.epoch, nil // a real one would ping, within ctx
+}
+
+func (exPinger) Prepare(ctx context.Context, c *exConn) error {
+	fmt.Printf("conn %d: reconnecting\n", c.id)
+	c.epoch = c.server.epoch
+	return nil
+}
+
+func ExamplePreparer() {
+	ctx := context.Background()
+	srv := &exServer{}
+	p, err := pool.New[*exConn](ctx, srv, pool.Options[*exConn]{
+		MaxSize:            4,
+		Preparer:           exPinger{},
+		PreparationTimeout: time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	send := func(msg string) {
+		l, err := p.Lease(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer l.Release()
+		if err := l.Value().Send(msg); err != nil {
+			log.Fatal(err)
+		}
+	}
+	send("hello")
+	srv.restart() // drops the idle connection
+	send("after the restart")
+	// Output:
+	// conn 1: hello
+	// conn 1: reconnecting
+	// conn 1: after the restart
+	// conn 1: closed
+}
+
+func ExamplePool_Shutdown() {
+	p, err := pool.New[*exConn](context.Background(), &exServer{}, pool.Options[*exConn]{MaxSize: 4})
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := p.Lease(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() {
+		defer l.Release() // the pool is closed by now or soon: the connection is closed
+		_ = l.Value().Send("last message")
+	}()
+
+	// Wait for the lease to end, but not forever: a leaked lease would hold
+	// Shutdown until ctx ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("shut down")
+	// Output:
+	// conn 1: last message
+	// conn 1: closed
+	// shut down
+}
+
+func ExampleOptions_UnmarshalJSON() {
+	// A configuration file with settings shared by every pool, and a
+	// section per pool that overrides some of them.
+	const config = `{
+		"shared": {"MaxSize": 20, "LeaseTimeout": "30s", "IdleTimeout": "5m"},
+		"pools": {
+			"mail": {"Name": "mail", "MaxSize": 4, "LeaseTimeout": "2s"}
+		}
+	}`
+	var file struct {
+		Shared json.RawMessage
+		Pools  map[string]json.RawMessage
+	}
+	if err := json.Unmarshal([]byte(config), &file); err != nil {
+		log.Fatal(err)
+	}
+
+	// Decode the shared section, then the pool's own on top of it.
+	var opts pool.Options[*exConn]
+	for _, section := range []json.RawMessage{file.Shared, file.Pools["mail"]} {
+		if err := json.Unmarshal(section, &opts); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println(opts.Name, opts.MaxSize, opts.LeaseTimeout, opts.IdleTimeout)
+	// Output: mail 4 2s 5m0s
+}
