@@ -137,6 +137,10 @@ func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T],
 		g.mu.Unlock()
 		return e, false, nil
 	}
+	if err := ctx.Err(); err != nil {
+		g.mu.Unlock()
+		return nil, false, err // already given up: don't queue
+	}
 	w, _ := g.spare.Get().(*waiter[T])
 	if w == nil {
 		w = &waiter[T]{ready: make(chan struct{}, 1)}
