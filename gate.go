@@ -104,18 +104,22 @@ func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 // overtakes it.
 func (g *gate[T]) acquireFast() (e *entry[T], ok bool, closed bool) {
 	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return nil, false, true
+	if !g.closed {
+		e, ok = g.acquireLocked()
 	}
+	closed = g.closed
+	g.mu.Unlock()
+	return e, ok, closed
+}
+
+// acquireLocked takes a permit, and the oldest idle entry if any, when a
+// permit is free and nobody queues. Caller holds g.mu.
+func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	if g.held < g.size && g.waiters.n == 0 {
 		g.held++
-		e = g.idle.pop()
-		g.mu.Unlock()
-		return e, true, false
+		return g.idle.pop(), true
 	}
-	g.mu.Unlock()
-	return nil, false, false
+	return nil, false
 }
 
 // wait queues for a permit until one is granted, ctx ends, timeout (if
@@ -130,10 +134,8 @@ func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T],
 		g.mu.Unlock()
 		return nil, false, ErrClosed
 	}
-	if g.held < g.size && g.waiters.n == 0 {
+	if e, ok := g.acquireLocked(); ok {
 		// A permit came free since acquireFast looked.
-		g.held++
-		e = g.idle.pop()
 		g.mu.Unlock()
 		return e, false, nil
 	}

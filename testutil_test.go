@@ -6,7 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -113,3 +116,50 @@ type fakeClock struct{ ns atomic.Int64 }
 func (c *fakeClock) now() int64 { return c.ns.Load() }
 
 func (c *fakeClock) advance(d int64) { c.ns.Add(d) }
+
+// testWait bounds every wait for something a test expects to happen.
+const testWait = 5 * time.Second
+
+// leaseOutcome is what a Lease call run on a goroutine returned.
+type leaseOutcome struct {
+	l   Lease[*conn]
+	err error
+}
+
+// leaseAsync runs p.Lease(ctx) on a goroutine.
+func leaseAsync(ctx context.Context, p *Pool[*conn]) <-chan leaseOutcome {
+	ch := make(chan leaseOutcome, 1)
+	go func() {
+		l, err := p.Lease(ctx)
+		ch <- leaseOutcome{l, err}
+	}()
+	return ch
+}
+
+func awaitLease(t *testing.T, ch <-chan leaseOutcome) leaseOutcome {
+	t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(testWait):
+		t.Fatal("Lease did not return")
+		return leaseOutcome{}
+	}
+}
+
+// mustLease leases from p or fails the test.
+func mustLease(t *testing.T, p *Pool[*conn]) Lease[*conn] {
+	t.Helper()
+	l, err := p.Lease(context.Background())
+	require.NoError(t, err)
+	return l
+}
+
+// assertAtRest asserts the accounting identity that holds when nothing is in
+// flight: Created == Destroyed + Detached + ItemsAllocated.
+func assertAtRest(t *testing.T, p *Pool[*conn]) {
+	t.Helper()
+	s := p.Stats()
+	assert.Equal(t, s.Created, s.Destroyed+s.Detached+uint64(s.ItemsAllocated),
+		"at rest Created == Destroyed + Detached + ItemsAllocated; stats %+v", s)
+}
