@@ -112,7 +112,7 @@ func ExamplePool_TryLease() {
 		fmt.Println("no connection free, try later:", err)
 	}
 	// Output:
-	// no connection free, try later: pool: exhausted: pool "mail": all 1 permits are held
+	// no connection free, try later: pool: exhausted: pool "mail": every permit is held (MaxSize 1)
 	// conn 1: closed
 }
 

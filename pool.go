@@ -138,7 +138,7 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		p.destroy = closeItem[T]
 	}
 	p.g.size = opts.MaxSize
-	p.errExhausted = fmt.Errorf("%w: pool %q: all %d permits are held", ErrExhausted, opts.Name, opts.MaxSize)
+	p.errExhausted = fmt.Errorf("%w: pool %q: every permit is held (MaxSize %d)", ErrExhausted, opts.Name, opts.MaxSize)
 	p.done, p.cancel = context.WithCancel(context.Background())
 	if err := p.seed(ctx); err != nil {
 		p.cancel()
@@ -248,7 +248,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok, closed, wait b
 		case err == nil:
 		case expired:
 			p.c.timeouts.Add(1)
-			return Lease[T]{}, fmt.Errorf("%w: pool %q: all %d items stayed leased for %v", ErrLeaseTimeout, p.opts.Name, p.opts.MaxSize, waited.Round(time.Millisecond))
+			return Lease[T]{}, fmt.Errorf("%w: pool %q: every item stayed leased (MaxSize %d) for %v", ErrLeaseTimeout, p.opts.Name, p.opts.MaxSize, waited.Round(time.Millisecond))
 		case err == ErrClosed:
 			return Lease[T]{}, err
 		default:
