@@ -28,18 +28,25 @@ import (
 // held. So a woken waiter never wakes to nothing, and nobody can take a
 // permit past the queue.
 type gate[T any] struct {
-	mu      sync.Mutex
+	// What the fast path writes comes first, within 64 bytes, so that a
+	// lease and a release dirty as few cache lines as possible.
+	mu     sync.Mutex
+	closed bool
+	held   int // permits held
+	idle   idleQueue[T]
+	// fastLeases counts the leases that acquireFast completed: counting
+	// them here, under the lock already held, costs no atomic add on a
+	// line of its own (measured: 14 % of a sequential lease+release).
+	fastLeases uint64
+
 	size    int // MaxSize; immutable
-	held    int // permits held
-	closed  bool
-	idle    idleQueue[T]
 	waiters waitQueue[T]
 	drained chan struct{} // made by the first Shutdown; closed when closed and held == 0
 	spare   sync.Pool     // of *waiter[T], for reuse
 }
 
 // waiter is one lease queued for a permit. Waiters are recycled through
-// waiterPool, so a contended lease allocates nothing once warm.
+// spare, so a contended lease allocates nothing once warm.
 type waiter[T any] struct {
 	// ready receives exactly one token per grant, sent under gate.mu.
 	ready chan struct{}
@@ -101,11 +108,15 @@ func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 // acquireFast takes a permit and the oldest idle entry (nil when none is
 // idle) without waiting. ok is false when the pool is closed, every permit
 // is held, or others already wait: the queue is FIFO, so a newcomer never
-// overtakes it.
-func (g *gate[T]) acquireFast() (e *entry[T], ok bool, closed bool) {
+// overtakes it. final says that an idle entry completes the lease, which
+// acquireFast then counts in fastLeases.
+func (g *gate[T]) acquireFast(final bool) (e *entry[T], ok bool, closed bool) {
 	g.mu.Lock()
 	if !g.closed {
 		e, ok = g.acquireLocked()
+		if final && e != nil {
+			g.fastLeases++
+		}
 	}
 	closed = g.closed
 	g.mu.Unlock()
@@ -312,9 +323,10 @@ func (g *gate[T]) whenDrained() <-chan struct{} {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// counts returns the permits held, the idle entries and the queued waiters.
-func (g *gate[T]) counts() (held, idle, queued int) {
+// counts returns the permits held, the idle entries, the queued waiters
+// and fastLeases.
+func (g *gate[T]) counts() (held, idle, queued int, fastLeases uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.held, g.idle.len(), g.waiters.n
+	return g.held, g.idle.len(), g.waiters.n, g.fastLeases
 }

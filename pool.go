@@ -49,7 +49,8 @@ type Pool[T any] struct {
 	errExhausted error // made once: a failing TryLease allocates nothing
 }
 
-// counters are the Stats figures that cannot be derived from the gate.
+// counters are the Stats figures that cannot be derived from the gate. They
+// are kept off the fast path (but for Leases, which the gate counts there).
 type counters struct {
 	leases, waits, timeouts, canceled         atomic.Uint64
 	waitTime                                  atomic.Int64
@@ -215,10 +216,10 @@ func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 }
 
 func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
-	e, ok, closed := p.g.acquireFast()
+	e, ok, closed := p.g.acquireFast(!p.judge)
 	if ok && e != nil && !p.judge {
-		// The fast path: an idle item that needs no look.
-		p.c.leases.Add(1)
+		// The fast path: an idle item that needs no look (acquireFast
+		// counted the lease).
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
 	return p.leaseSlow(ctx, e, ok, closed, wait)
@@ -637,7 +638,7 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 // Stats returns a snapshot of the pool's figures.
 func (p *Pool[T]) Stats() Stats {
 	created := p.c.created.Load() // before Destroyed and Detached: see Stats
-	held, idle, queued := p.g.counts()
+	held, idle, queued, fastLeases := p.g.counts()
 	return Stats{
 		Name:            p.opts.Name,
 		MinSize:         p.opts.MinSize,
@@ -646,7 +647,7 @@ func (p *Pool[T]) Stats() Stats {
 		ItemsAvailable:  idle,
 		ActiveLeases:    held,
 		QueuedLeases:    queued,
-		Leases:          p.c.leases.Load(),
+		Leases:          fastLeases + p.c.leases.Load(),
 		Waits:           p.c.waits.Load(),
 		WaitTime:        time.Duration(p.c.waitTime.Load()),
 		Timeouts:        p.c.timeouts.Load(),
