@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// lcWait bounds every wait for something another goroutine must do; it is a
-// hang detector, not a timing assertion.
-const lcWait = 10 * time.Second
+// lcWait bounds every wait for something another goroutine must do (see
+// testWait); it is a hang detector, not a timing assertion.
+const lcWait = testWait
 
 // lcPreparer is a Preparer whose behaviour a test sets, recording the ids of
 // the items each method saw. nil hooks: IsReady reports ready, Prepare
@@ -1193,5 +1193,41 @@ func TestLifecycleDetachTakesItemOutOfPool(t *testing.T) {
 	assert.Equal(t, int64(1), tr.live.Load(), "only the detached item is still alive")
 	s = p.Stats()
 	assert.Equal(t, uint64(1), s.Destroyed)
+	assertAtRest(t, p)
+}
+
+// --- a caller that has already given up -------------------------------------
+
+func TestLifecycleCanceledCallerLeavesIdleItemUnchecked(t *testing.T) {
+	prep := &lcPreparer{}
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: prep})
+	l := mustLease(t, p) // fresh: checked once
+	first := l.Value()
+	l.Release()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := p.TryLease(ctx) // a permit is free: the lease gets as far as the check
+	require.ErrorIs(t, err, context.Canceled)
+
+	checks, _ := prep.seen()
+	assert.Equal(t, []int{first.id}, checks, "no check ran for a caller that had given up")
+	s := p.Stats()
+	assert.Equal(t, 1, s.ItemsAvailable, "the idle item went back, unharmed")
+	assert.Equal(t, 0, s.ActiveLeases)
+	assert.EqualValues(t, 0, s.PrepareFailed)
+	assert.EqualValues(t, 1, s.Canceled)
+	assert.False(t, first.closed.Load())
+	assert.EqualValues(t, 1, tr.created.Load())
+}
+
+func TestLifecycleCanceledCallerStartsNoCreation(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := p.TryLease(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.EqualValues(t, 0, tr.live.Load(), "no dial for a caller that had given up")
+	assert.Equal(t, 0, p.Stats().ActiveLeases, "the permit came back")
 	assertAtRest(t, p)
 }

@@ -302,6 +302,12 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], err err
 		}
 		why, expired := p.expired(e, now)
 		if !expired && p.needsCheck(e, now) {
+			if err = ctx.Err(); err != nil {
+				// Gave up before the check: the item is as good as it was.
+				done = true
+				p.putBack(e)
+				return nil, err
+			}
 			if err = p.prepare(ctx, e); err != nil {
 				why, expired = reasonPrepare, true
 			}
@@ -404,6 +410,9 @@ const (
 // abandoned reports that the caller gave up and the permit went with the
 // creation.
 func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err // gave up already: don't start a dial for nobody
+	}
 	if ctx.Done() == nil {
 		e, err = p.createDetached(ctx) // nothing can abandon it
 		return e, false, err

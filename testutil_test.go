@@ -118,7 +118,7 @@ func (c *fakeClock) now() int64 { return c.ns.Load() }
 func (c *fakeClock) advance(d int64) { c.ns.Add(d) }
 
 // testWait bounds every wait for something a test expects to happen.
-const testWait = 5 * time.Second
+const testWait = 10 * time.Second
 
 // leaseOutcome is what a Lease call run on a goroutine returned.
 type leaseOutcome struct {
