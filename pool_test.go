@@ -658,49 +658,114 @@ func TestStressCapAndExclusiveUse(t *testing.T) {
 	t.Logf("%d operations, %d Stats checks; %+v", ops.Load(), checks.Load(), s)
 }
 
-// TestCloseWhileWaitersWaitUnderLoad closes a pool while leases are queued
-// and items are in flight, and checks that every goroutine gets out, every
-// item is destroyed, and nothing is lent after Close returns.
+// TestCloseWhileWaitersWaitUnderLoad closes (or shuts down) a pool while
+// leases are queued and items are in flight, and checks that every
+// goroutine gets out, every item is destroyed, and no lease started after
+// the close succeeds.
 func TestCloseWhileWaitersWaitUnderLoad(t *testing.T) {
-	const maxSize, workers = 3, 32
-	f := &stressFactory{max: maxSize}
-	p, err := New[*conn](bg, f, Options[*conn]{MaxSize: maxSize, Destroy: f.destroy})
-	require.NoError(t, err)
-	var closed atomic.Bool
-	var leasedAfterClose atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				late := closed.Load() // this Lease starts after Close returned
-				l, err := p.Lease(bg)
-				if err != nil {
-					assert.ErrorIs(t, err, ErrClosed)
-					return
-				}
-				if late {
-					leasedAfterClose.Add(1)
-				}
-				time.Sleep(10 * time.Microsecond)
-				l.Release()
+	for _, tc := range []struct {
+		name string
+		stop func(*Pool[*conn]) error
+		// drained: when stop returns, every lease has ended and every
+		// item has been destroyed.
+		drained bool
+	}{
+		{"Close", (*Pool[*conn]).Close, false},
+		{"Shutdown", func(p *Pool[*conn]) error { return p.Shutdown(bg) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const maxSize, workers = 3, 32
+			f := &stressFactory{max: maxSize}
+			p, err := New[*conn](bg, f, Options[*conn]{MaxSize: maxSize, Destroy: f.destroy})
+			require.NoError(t, err)
+			var closed atomic.Bool
+			var leasedAfterClose atomic.Int64
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for {
+						late := closed.Load() // this Lease starts after stop returned
+						l, err := p.Lease(bg)
+						if err != nil {
+							assert.ErrorIs(t, err, ErrClosed)
+							return
+						}
+						if late {
+							leasedAfterClose.Add(1)
+						}
+						time.Sleep(10 * time.Microsecond)
+						l.Release()
+					}
+				})
 			}
-		}()
+			require.Eventually(t, func() bool { return p.Stats().QueuedLeases > workers/2 },
+				testWait, time.Millisecond)
+			require.NoError(t, tc.stop(p))
+			closed.Store(true)
+			if tc.drained {
+				f.mu.Lock()
+				assert.Zero(t, f.live, "Shutdown returned with items alive")
+				f.mu.Unlock()
+				assert.Equal(t, 0, p.Stats().ActiveLeases)
+			}
+			wg.Wait()
+			assert.Zero(t, leasedAfterClose.Load(), "no lease started after Close returned succeeds")
+			assert.Zero(t, f.violations.Load())
+			f.mu.Lock()
+			assert.Zero(t, f.live, "every item destroyed")
+			f.mu.Unlock()
+			s := p.Stats()
+			assert.Equal(t, 0, s.ItemsAllocated)
+			assert.Equal(t, s.Created, s.Destroyed)
+		})
 	}
-	require.Eventually(t, func() bool { return p.Stats().QueuedLeases > workers/2 },
-		5*time.Second, time.Millisecond)
-	require.NoError(t, p.Close())
-	closed.Store(true)
-	wg.Wait()
-	assert.Zero(t, leasedAfterClose.Load(), "no lease started after Close returned succeeds")
-	assert.Zero(t, f.violations.Load())
-	f.mu.Lock()
-	assert.Zero(t, f.live, "every item destroyed")
-	f.mu.Unlock()
-	s := p.Stats()
-	assert.Equal(t, 0, s.ItemsAllocated)
-	assert.Equal(t, s.Created, s.Destroyed)
+}
+
+// TestCopiesRacingToEndALeaseEndItOnce has many goroutines end copies of one
+// lease at once, with Release, Discard and Detach, round after round:
+// exactly one call must take effect each time.
+func TestCopiesRacingToEndALeaseEndItOnce(t *testing.T) {
+	const copies = 16
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	rounds := 500
+	if testing.Short() {
+		rounds = 50
+	}
+	for range rounds {
+		l := mustLease(t, p)
+		var detached atomic.Int64
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range copies {
+			c := l // a copy per goroutine
+			wg.Go(func() {
+				<-start
+				switch i % 3 {
+				case 0:
+					c.Release()
+				case 1:
+					c.Discard()
+				case 2:
+					// Detach panics when another copy won; that is its
+					// contract for an ended lease.
+					func() {
+						defer func() { _ = recover() }()
+						v := c.Detach()
+						detached.Add(1)
+						assert.NoError(t, tr.destroy(v))
+					}()
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.LessOrEqual(t, detached.Load(), int64(1))
+		s := p.Stats()
+		require.Equal(t, 0, s.ActiveLeases, "the lease ended and freed its permit once")
+		require.Equal(t, s.Created, s.Destroyed+s.Detached+uint64(s.ItemsAllocated))
+		require.EqualValues(t, s.ItemsAllocated, tr.live.Load(),
+			"the item was destroyed at most once and kept only if released")
+	}
 }
 
 func TestNameAppearsInErrorsAndStats(t *testing.T) {
