@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -778,13 +777,4 @@ func TestNameAppearsInErrorsAndStats(t *testing.T) {
 	_, err = p.TryLease(bg)
 	assert.True(t, strings.Contains(err.Error(), "conn.Pool"), err.Error())
 	l.Release()
-}
-
-// TestGateHotFieldsShareOneCacheLine keeps the fields that every lease and
-// release writes within 64 bytes of each other (see gate).
-func TestGateHotFieldsShareOneCacheLine(t *testing.T) {
-	var g gate[int]
-	end := unsafe.Offsetof(g.idle) + unsafe.Sizeof(g.idle)
-	assert.LessOrEqual(t, end, uintptr(64), "mu, held, fastLeases and idle span %d bytes", end)
-	assert.GreaterOrEqual(t, unsafe.Offsetof(g.closed), end, "closed is read-mostly: keep it after the hot fields")
 }
