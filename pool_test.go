@@ -165,25 +165,6 @@ func TestReleaseHandsItemStraightToWaiter(t *testing.T) {
 	l.Release()
 }
 
-func TestDiscardGivesWaiterTheRightToCreate(t *testing.T) {
-	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
-	held := mustLease(t, p)
-	got := leaseAsync(bg, p)
-	waitQueued(t, p, 1)
-	old := held.Value()
-	held.Discard()
-	o := awaitLease(t, got)
-	require.NoError(t, o.err)
-	l := o.l
-	assert.NotSame(t, old, l.Value())
-	assert.True(t, old.closed.Load())
-	assert.EqualValues(t, 2, tr.created.Load())
-	l.Release()
-}
-
-// TestGateLeavePassesRacedGrantOn drives the gate by hand into the instant
-// the interleaving tests can only hope to hit: a waiter is granted a permit
-// just as it gives up. The grant must move on, never vanish.
 func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 	newWaiter := func() *waiter[int] { return &waiter[int]{ready: make(chan struct{}, 1)} }
 	item := &entry[int]{value: 42}
@@ -333,25 +314,6 @@ func TestCloseWakesEveryWaiterWithErrClosed(t *testing.T) {
 	s := p.Stats()
 	assert.Equal(t, 0, s.ItemsAllocated)
 	assert.Equal(t, s.Created, s.Destroyed)
-}
-
-func TestCloseDestroysIdleItemsAndJoinsTheirErrors(t *testing.T) {
-	errA := errors.New("a")
-	var calls atomic.Int32
-	p, err := New(bg, FactoryFunc[*conn](func(context.Context) (*conn, error) { return &conn{}, nil }),
-		Options[*conn]{MinSize: 3, MaxSize: 3, Destroy: func(c *conn) error {
-			if calls.Add(1) == 2 {
-				return errA
-			}
-			return c.Close()
-		}})
-	require.NoError(t, err)
-	err = p.Close()
-	assert.ErrorIs(t, err, errA)
-	assert.EqualValues(t, 3, calls.Load())
-	s := p.Stats()
-	assert.Equal(t, 0, s.ItemsAvailable)
-	assert.EqualValues(t, 3, s.Destroyed)
 }
 
 func TestClearDuringLeases(t *testing.T) {
