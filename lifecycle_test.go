@@ -985,6 +985,42 @@ func TestLifecycleAbandonedCreationFailureFreesPermit(t *testing.T) {
 	assertAtRest(t, p)
 }
 
+// lcPanicky is a factory that announces each Create, waits for proceed and
+// then panics, as a buggy dial might.
+type lcPanicky struct {
+	started chan struct{}
+	proceed chan struct{}
+	done    chan struct{} // closed when the panic has been raised
+}
+
+func (f *lcPanicky) Create(context.Context) (*conn, error) {
+	f.started <- struct{}{}
+	<-f.proceed
+	defer close(f.done)
+	panic("lc: factory panic nobody waits for")
+}
+
+func TestLifecycleAbandonedCreationPanicFreesPermit(t *testing.T) {
+	f := &lcPanicky{started: make(chan struct{}, 1), proceed: make(chan struct{}), done: make(chan struct{})}
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := leaseAsync(ctx, p)
+	lcRecv(t, f.started, "Create")
+	cancel()
+	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
+
+	close(f.proceed) // the panic happens on the pool's goroutine: it must not crash the process
+	lcRecv(t, f.done, "the panic")
+	require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, lcWait, time.Millisecond,
+		"the permit came back")
+	s := p.Stats()
+	assert.Zero(t, s.Created, "a panicking creation counts as failed")
+	assert.Zero(t, s.ItemsAvailable)
+}
+
 func TestLifecycleAbandonedCreationFinishingAfterCloseIsDestroyed(t *testing.T) {
 	f := &lcStubborn{started: make(chan struct{}, 1), proceed: make(chan struct{}), made: make(chan *conn, 1)}
 	p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1})
