@@ -2,9 +2,9 @@ module github.com/msl-armory/pool
 
 go 1.26
 
-require go.uber.org/goleak v1.3.0
-
 require (
 	github.com/stretchr/testify v1.12.1
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	go.uber.org/goleak v1.3.0
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
