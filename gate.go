@@ -28,21 +28,19 @@ import (
 // held. So a woken waiter never wakes to nothing, and nobody can take a
 // permit past the queue.
 type gate[T any] struct {
-	// What the fast path writes comes first, within 64 bytes, so that a
-	// lease and a release dirty as few cache lines as possible.
 	mu     sync.Mutex
-	closed bool
+	size   int // MaxSize; immutable
 	held   int // permits held
+	closed bool
 	idle   idleQueue[T]
 	// fastLeases counts the leases that acquireFast completed: counting
-	// them here, under the lock already held, costs no atomic add on a
-	// line of its own (measured: 14 % of a sequential lease+release).
+	// them here, under the lock already held, saves an atomic add on a
+	// cache line of its own (measured: about 12 % of a sequential
+	// lease+release).
 	fastLeases uint64
-
-	size    int // MaxSize; immutable
-	waiters waitQueue[T]
-	drained chan struct{} // made by the first Shutdown; closed when closed and held == 0
-	spare   sync.Pool     // of *waiter[T], for reuse
+	waiters    waitQueue[T]
+	drained    chan struct{} // made by the first Shutdown; closed when closed and held == 0
+	spare      sync.Pool     // of *waiter[T], for reuse
 }
 
 // waiter is one lease queued for a permit. Waiters are recycled through

@@ -297,6 +297,9 @@ func TestOptionsUnmarshalJSON(t *testing.T) {
 			o.LeaseTimeout, o.PreparationTimeout = 1500*time.Millisecond, time.Nanosecond
 			o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle = time.Minute, time.Hour, 250*time.Millisecond
 		}},
+		{"whole nanoseconds in exponent form", Options[*conn]{}, `{"LeaseTimeout": 1e9, "IdleTimeout": 6E10}`, func(o *Options[*conn]) {
+			o.LeaseTimeout, o.IdleTimeout = time.Second, time.Minute
+		}},
 		{"keys without regard to case", Options[*conn]{}, `{"maxsize": 7, "MINSIZE": 1, "leaseTimeout": "2s", "name": "lower"}`, func(o *Options[*conn]) {
 			o.MaxSize, o.MinSize, o.LeaseTimeout, o.Name = 7, 1, 2*time.Second, "lower"
 		}},
@@ -372,6 +375,7 @@ func TestOptionsUnmarshalJSONRejectsInvalidDurations(t *testing.T) {
 		{"unknown unit", `{"LeaseTimeout": "5 parsecs"}`, "LeaseTimeout", "5 parsecs"},
 		{"missing unit", `{"IdleTimeout": "30"}`, "IdleTimeout", "30"},
 		{"fractional number", `{"MaxLifetime": 1.5}`, "MaxLifetime", "1.5"},
+		{"fractional exponent form", `{"MaxLifetime": 1.5e0}`, "MaxLifetime", "1.5e0"},
 		{"boolean", `{"CreateTimeout": true}`, "CreateTimeout", "true"},
 		{"object", `{"CheckAfterIdle": {}}`, "CheckAfterIdle", "{}"},
 		{"string for a number", `{"MaxSize": "ten"}`, "MaxSize", "string"},
