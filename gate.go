@@ -8,10 +8,12 @@ import (
 
 // gate is the capacity gate: a weighted semaphore of size MaxSize with a
 // FIFO queue of waiters and direct hand-off, sharing one mutex with the idle
-// queue.
+// queue. The per-processor slots of the idle ring sit in front of it (see
+// ring.go): a lease or release that hits its slot never reaches the gate.
 //
 // A permit is the right to hold one item outside the idle queue: a leased
-// item, one being created, or one being destroyed. Idle items hold none. A
+// item, one being created or destroyed, or one parked in a slot. Items in the
+// idle queue hold none. A
 // lease takes its permit before it touches the idle queue, in the same
 // critical section, and creates an item only when the queue is empty; so
 // held + idle never exceeds size, and that sum bounds the items in existence.
@@ -28,9 +30,11 @@ import (
 // held. So a woken waiter never wakes to nothing, and nobody can take a
 // permit past the queue.
 type gate[T any] struct {
+	slots slots[T] // the idle ring's per-processor slots: see ring.go
+
 	mu     sync.Mutex
 	size   int // MaxSize; immutable
-	held   int // permits held
+	held   int // permits held, including those of entries parked in slots
 	closed bool
 	idle   idleQueue[T]
 	// fastLeases counts the leases that acquireFast completed: counting
@@ -98,6 +102,7 @@ func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 		return false
 	}
 	g.waiters.remove(w)
+	g.setBypass()
 	w.e, w.err, w.granted = e, err, true
 	w.ready <- struct{}{} // never blocks: cap 1, one grant per wait
 	return true
@@ -121,43 +126,77 @@ func (g *gate[T]) acquireFast(final bool) (e *entry[T], ok bool, closed bool) {
 	return e, ok, closed
 }
 
-// acquireLocked takes a permit, and the oldest idle entry if any, when a
-// permit is free and nobody queues. Caller holds g.mu.
+// acquireLocked takes a permit with an idle entry, when nobody queues: the
+// oldest in the idle queue, else one parked in any slot (which brings its
+// permit). With none idle it takes a bare permit, if one is free, and
+// returns a nil entry: the caller creates the item. Caller holds g.mu.
 func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
-	if g.held < g.size && g.waiters.n == 0 {
+	if g.waiters.n > 0 {
+		return nil, false
+	}
+	if e = g.idle.pop(); e != nil {
+		g.held++ // free: idle entries hold no permit, and held + idle <= size
+		return e, true
+	}
+	if e = g.slots.steal(); e != nil {
+		return e, true
+	}
+	if g.held < g.size {
 		g.held++
-		return g.idle.pop(), true
+		return nil, true
 	}
 	return nil, false
 }
 
+// setBypass makes the slots' bypass flag say whether leases queue or the
+// gate is closed, and reports whether it came on: then the caller must
+// steal every parked entry (see ring.go, bypass). Called under g.mu after
+// every change to closed or to the waiters' count.
+func (g *gate[T]) setBypass() (cameOn bool) {
+	on := g.closed || g.waiters.n > 0
+	if g.slots.bypass.Load() == on {
+		return false // the common case: no write to the slots' header
+	}
+	g.slots.bypass.Store(on)
+	return on
+}
+
 // wait queues for a permit until one is granted, ctx ends, timeout (if
 // positive) elapses, or the gate closes. On success the caller holds a
-// permit and, when e is not nil, the item that came with it. expired
-// reports that the timeout, not ctx, ended the wait. On error e is nil but
-// in one case (see leave): an item granted as the caller gave up, on a gate
-// that closed meanwhile; the caller holds its permit and must destroy it.
-func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T], expired bool, err error) {
+// permit and, when e is not nil, the item that came with it. queued reports
+// that the caller did queue (a permit may have come free since acquireFast
+// looked), and waited for how long. expired reports that the timeout, not
+// ctx, ended the wait. On error e is nil but in one case (see leave): an
+// item granted as the caller gave up, on a gate that closed meanwhile; the
+// caller holds its permit and must destroy it.
+func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T], queued bool, waited time.Duration, expired bool, err error) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return nil, false, ErrClosed
+		return nil, false, 0, false, ErrClosed
 	}
 	if e, ok := g.acquireLocked(); ok {
-		// A permit came free since acquireFast looked.
 		g.mu.Unlock()
-		return e, false, nil
+		return e, false, 0, false, nil
 	}
 	if err := ctx.Err(); err != nil {
 		g.mu.Unlock()
-		return nil, false, err // already given up: don't queue
+		return nil, false, 0, false, err // already given up: don't queue
 	}
 	w, _ := g.spare.Get().(*waiter[T])
 	if w == nil {
 		w = &waiter[T]{ready: make(chan struct{}, 1)}
 	}
 	g.waiters.pushBack(w)
+	if g.setBypass() {
+		// Hand the parked entries to the waiters, w first: w may leave
+		// with one at once.
+		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
+			g.passOnLocked(e)
+		}
+	}
 	g.mu.Unlock()
+	start := monotime() // outside the lock: this clock is slow on some VMs
 
 	var timerC <-chan time.Time
 	if timeout > 0 {
@@ -170,15 +209,23 @@ func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T],
 	}
 
 	woken := false
-	select {
-	case <-w.ready:
+	if done := ctx.Done(); done == nil && timerC == nil {
+		// Only a grant (or Close) ends this wait: a plain receive costs
+		// less than a select.
+		<-w.ready
 		woken = true
 		e, err = w.e, w.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-timerC:
-		expired = true
-		err = ErrLeaseTimeout
+	} else {
+		select {
+		case <-w.ready:
+			woken = true
+			e, err = w.e, w.err
+		case <-done:
+			err = ctx.Err()
+		case <-timerC:
+			expired = true
+			err = ErrLeaseTimeout
+		}
 	}
 	if w.timer != nil {
 		w.timer.Stop() // since Go 1.23 no stale tick survives Stop
@@ -192,7 +239,7 @@ func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T],
 	}
 	w.e, w.err, w.granted = nil, nil, false
 	g.spare.Put(w)
-	return e, expired, err
+	return e, true, time.Duration(monotime() - start), expired, err
 }
 
 // leave takes a waiter that gave up (canceled or timed out) out of the
@@ -207,6 +254,7 @@ func (g *gate[T]) leave(w *waiter[T]) (stranded *entry[T], closed bool) {
 	g.mu.Lock()
 	if !w.granted {
 		g.waiters.remove(w)
+		g.setBypass()
 		g.mu.Unlock()
 		return nil, false
 	}
@@ -232,46 +280,61 @@ func (g *gate[T]) passOn(e *entry[T]) bool {
 		g.mu.Unlock()
 		return false
 	}
-	if !g.grantOldest(e, nil) {
-		if e != nil {
-			g.idle.push(e)
-		}
-		g.held--
-		if g.held == 0 && g.drained != nil {
-			close(g.drained)
-			g.drained = nil
-		}
-	}
+	g.passOnLocked(e)
 	g.mu.Unlock()
 	return true
 }
 
+// passOnLocked is passOn on an open gate, or with a nil e. Caller holds g.mu.
+func (g *gate[T]) passOnLocked(e *entry[T]) {
+	if g.grantOldest(e, nil) {
+		return
+	}
+	if e != nil {
+		g.idle.push(e)
+	}
+	g.held--
+	if g.held == 0 && g.drained != nil {
+		close(g.drained)
+		g.drained = nil
+	}
+}
+
 // tryAcquireBelow takes a bare permit without waiting, for Clear's refill,
-// while fewer than minIdle entries are idle. The permit is for creating an
-// item, not for taking an idle one, so it must leave room for the idle
-// items too: held + idle stays within size.
+// while fewer than minIdle entries are idle (queued or parked). The permit
+// is for creating an item, not for taking an idle one, so it must leave
+// room for the queued idle items too: held + idle stays within size.
 func (g *gate[T]) tryAcquireBelow(minIdle int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed || g.held+g.idle.len() >= g.size || g.waiters.n > 0 || g.idle.len() >= minIdle {
+	parked, _ := g.slots.scan()
+	if g.closed || g.held+g.idle.len() >= g.size || g.waiters.n > 0 || g.idle.len()+parked >= minIdle {
 		return false
 	}
 	g.held++
 	return true
 }
 
-// takeIdle removes and returns the oldest idle entry for a caller that holds
-// a permit, or nil when none is idle.
+// takeIdle removes and returns the oldest idle entry, or a parked one, for a
+// caller that holds a permit; or nil when none is idle. A parked entry
+// brings a permit of its own, which takeIdle frees (or hands on).
 func (g *gate[T]) takeIdle() *entry[T] {
 	g.mu.Lock()
-	e := g.idle.pop()
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	if e := g.idle.pop(); e != nil {
+		return e
+	}
+	e := g.slots.steal()
+	if e != nil {
+		g.passOnLocked(nil)
+	}
 	return e
 }
 
-// drainIdle removes every idle entry, taking a permit for each, so that the
-// items count against the cap until the caller has destroyed them and
-// returned the permits. Possible without waiting: held + idle <= size.
+// drainIdle removes every idle entry, queued or parked, with a permit for
+// each (taken for the queued ones: possible without waiting, as held + idle
+// <= size), so that the items count against the cap until the caller has
+// destroyed them and returned the permits.
 func (g *gate[T]) drainIdle() []*entry[T] {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -279,14 +342,14 @@ func (g *gate[T]) drainIdle() []*entry[T] {
 }
 
 func (g *gate[T]) drainIdleLocked() []*entry[T] {
-	if g.idle.len() == 0 {
-		return nil
-	}
-	es := make([]*entry[T], 0, g.idle.len())
+	var es []*entry[T]
 	for e := g.idle.pop(); e != nil; e = g.idle.pop() {
 		es = append(es, e)
 	}
 	g.held += len(es)
+	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
+		es = append(es, e)
+	}
 	return es
 }
 
@@ -300,6 +363,7 @@ func (g *gate[T]) close() ([]*entry[T], bool) {
 		return nil, false
 	}
 	g.closed = true
+	g.setBypass() // before the drain: see ring.go, bypass
 	for g.grantOldest(nil, ErrClosed) {
 	}
 	return g.drainIdleLocked(), true
@@ -321,10 +385,15 @@ func (g *gate[T]) whenDrained() <-chan struct{} {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// counts returns the permits held, the idle entries, the queued waiters
-// and fastLeases.
-func (g *gate[T]) counts() (held, idle, queued int, fastLeases uint64) {
+// counts returns the permits held by leases (and creations and
+// destructions), the idle entries (queued or parked), the queued waiters and
+// the leases that completed without reaching obtain. Parked entries come and
+// go without the lock, so the split between leased and idle is a moment's
+// estimate, but neither figure exceeds size.
+func (g *gate[T]) counts() (leased, idle, queued int, fastLeases uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.held, g.idle.len(), g.waiters.n, g.fastLeases
+	parked, slotLeases := g.slots.scan()
+	parked = min(parked, g.held) // an entry seen in two slots as it moved
+	return g.held - parked, g.idle.len() + parked, g.waiters.n, g.fastLeases + slotLeases
 }

@@ -3,7 +3,8 @@ package pool
 import "sync/atomic"
 
 // entry is one item and the pool's bookkeeping for it. While the item is
-// idle the idle queue references its entry; while it is leased only the
+// idle the idle ring (a slot or the queue) references its entry; while it
+// is leased only the
 // Lease handles do (and, briefly, the goroutine creating or handing it over).
 // The pool keeps no list of all entries, so a lease dropped without Release
 // leaves its entry unreachable, for the garbage collector to find.
@@ -18,9 +19,9 @@ type entry[T any] struct {
 	pool  *Pool[T]
 
 	// The fields below belong to whoever holds the entry: the lease holder,
-	// or the pool while it is idle (guarded by gate.mu then). Passing the
-	// entry through the gate's mutex or a creation's done channel publishes
-	// them.
+	// or the pool while it is idle (guarded by gate.mu in the queue).
+	// Passing the entry through the gate's mutex, a slot's atomic pointer or
+	// a creation's done channel publishes them.
 	created int64 // clock at the end of creation, for MaxLifetime
 	idleAt  int64 // clock at the last release, for IdleTimeout and CheckAfterIdle
 	checked bool  // the Preparer has accepted the item at least once

@@ -38,7 +38,7 @@ type Pool[T any] struct {
 	// (expiry or preparation). stamp: a release must read the clock.
 	judge, stamp bool
 
-	epoch time.Time
+	epoch int64        // monotime at New
 	clock func() int64 // test hook: nanoseconds since epoch; nil: the real clock
 
 	done   context.Context // canceled by Close: ends creations in flight
@@ -133,12 +133,13 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		destroy: opts.Destroy,
 		judge:   opts.Preparer != nil || opts.IdleTimeout > 0 || opts.MaxLifetime > 0,
 		stamp:   opts.IdleTimeout > 0 || opts.MaxLifetime > 0 || opts.Preparer != nil && opts.CheckAfterIdle > 0,
-		epoch:   time.Now(),
+		epoch:   monotime(),
 	}
 	if p.destroy == nil {
 		p.destroy = closeItem[T]
 	}
 	p.g.size = opts.MaxSize
+	p.g.slots.init()
 	p.errExhausted = fmt.Errorf("%w: pool %q: every permit is held (MaxSize %d)", ErrExhausted, opts.Name, opts.MaxSize)
 	p.done, p.cancel = context.WithCancel(context.Background())
 	if err := p.seed(ctx); err != nil {
@@ -195,7 +196,7 @@ func (p *Pool[T]) now() int64 {
 	if p.clock != nil {
 		return p.clock()
 	}
-	return int64(time.Since(p.epoch))
+	return monotime() - p.epoch
 }
 
 // Lease returns a leased item. It reuses an idle item, creates one when
@@ -216,10 +217,16 @@ func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 }
 
 func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
+	// The fast paths: an idle item that needs no look, from this
+	// processor's slot or else from the gate (each counted the lease).
+	if e := p.g.slots.take(!p.judge); e != nil {
+		if !p.judge {
+			return Lease[T]{e: e, gen: e.gen.Load()}, nil
+		}
+		return p.leaseSlow(ctx, e, true, false, wait)
+	}
 	e, ok, closed := p.g.acquireFast(!p.judge)
 	if ok && e != nil && !p.judge {
-		// The fast path: an idle item that needs no look (acquireFast
-		// counted the lease).
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
 	return p.leaseSlow(ctx, e, ok, closed, wait)
@@ -235,16 +242,17 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok, closed, wait b
 		if !wait {
 			return Lease[T]{}, p.errExhausted
 		}
-		start := time.Now()
-		var expired bool
+		var queued, expired bool
+		var waited time.Duration
 		var err error
-		e, expired, err = p.g.wait(ctx, p.opts.LeaseTimeout)
+		e, queued, waited, expired, err = p.g.wait(ctx, p.opts.LeaseTimeout)
 		if err != nil && e != nil {
 			p.destroyAndFree(e, reasonClose) // stranded by Close as we gave up
 		}
-		waited := time.Since(start)
-		p.c.waits.Add(1)
-		p.c.waitTime.Add(int64(waited))
+		if queued {
+			p.c.waits.Add(1)
+			p.c.waitTime.Add(int64(waited))
+		}
 		switch {
 		case err == nil:
 		case expired:
@@ -518,9 +526,14 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	return p.opts.Reset(e.value) == nil
 }
 
-// putBack hands an item whose permit the caller holds to the oldest waiter,
-// or makes it idle; on a closed pool it destroys it.
+// putBack makes an item whose permit the caller holds idle: parked in this
+// processor's slot, with its permit, when nobody waits; else through the
+// gate, to the oldest waiter or the idle queue. On a closed pool it
+// destroys the item.
 func (p *Pool[T]) putBack(e *entry[T]) {
+	if p.g.slots.park(e) {
+		return
+	}
 	if !p.g.passOn(e) {
 		p.destroyAndFree(e, reasonClose)
 	}

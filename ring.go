@@ -1,8 +1,164 @@
 package pool
 
-// The idle ring holds the items waiting to be reused.
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// The idle ring holds the items waiting to be reused: a row of
+// per-processor slots, each holding at most one idle entry, in front of a
+// FIFO queue.
 //
-// This part is the FIFO queue behind it: a circular buffer of entries,
+// # The slots
+//
+// A release parks its entry in the slot of the processor (the runtime's P)
+// it runs on, and the next lease on that processor takes it back. Each slot
+// sits on a cache line of its own, so a lease and release that hit their
+// slot write no cache line that another processor writes: under two-core
+// contention that, not the count of atomic instructions, is the cost (see
+// PERF-NOTES.md, design E). Anything else goes through the gate's mutex.
+//
+// A parked entry keeps the permit of the lease that released it: the gate
+// counts it in held, not in idle. So parking and taking back touch no
+// counter of the gate's, and held + idle <= size still bounds the items in
+// existence. Stats subtract the parked entries, found by scanning the slots,
+// from the permits held.
+//
+// Who writes a slot, and when:
+//   - park, on release: nil → e, by compare-and-swap, so two goroutines that
+//     share a slot (the portable build, or a processor past the row's end
+//     after GOMAXPROCS grew) cannot overwrite each other.
+//   - take, on lease: e → nil, by compare-and-swap; a lost race is a miss.
+//   - steal, under gate.mu: e → nil, for leases that missed their own slot,
+//     for waiters, Clear and Close.
+//
+// Every entry taken from a slot was taken exactly once, by whoever won the
+// compare-and-swap, with the permit that came with it. An entry can be
+// parked again in the same slot after being taken (a compare-and-swap on
+// the pointer cannot tell the two parkings apart), which is harmless: any
+// parked entry is an idle entry with its permit, whoever parked it.
+//
+// # Bypass: keeping waiters first and no entry stranded
+//
+// While a lease waits in the gate's queue, or the gate is closed, items
+// must not sit in slots: a waiter would wait while an item idles, and a
+// closed pool must destroy every item. The gate keeps bypass set in those
+// states (changing it under gate.mu), and:
+//   - take and park do nothing while bypass is set;
+//   - the gate, after setting bypass, steals every parked entry: hands it to
+//     the oldest waiter, or destroys it on Close;
+//   - park, after filling its slot, loads bypass again, and when it is set
+//     takes its entry back (if still there) for the gate's slow path.
+//
+// A park racing with the setting of bypass therefore cannot strand its
+// entry. The atomics are sequentially consistent, and each side writes
+// (park: the slot; the gate: bypass) before it reads what the other wrote.
+// If park's second load of bypass comes before the gate's store, then
+// park's write to the slot comes before the gate's scan of the slots, which
+// sees the entry. Otherwise park sees bypass set. Both may happen; then
+// both try the compare-and-swap, and one wins.
+//
+// A lease that reads bypass clear just before a waiter queues may still
+// take a parked entry: it came first, as far as anyone can tell.
+
+// cacheLine is the padding between data that different processors write.
+// It is two 64-byte lines, because the adjacent-line prefetcher of x86 pulls
+// lines in pairs.
+const cacheLine = 128
+
+// slot is one processor's parking place.
+type slot[T any] struct {
+	e atomic.Pointer[entry[T]]
+	// leases counts the leases completed from this slot, so the fast path
+	// writes no shared counter. Stats sums them.
+	leases atomic.Uint64
+	_      [cacheLine - 16]byte
+}
+
+// slots is the row of per-processor slots. Its header is read on every
+// lease and release and written only when bypass changes, so it has a line
+// of its own, apart from the gate's mutex.
+type slots[T any] struct {
+	s      []slot[T] // immutable after init; len(s) is a power of two
+	mask   int       // len(s) - 1
+	bypass atomic.Bool
+	_      [cacheLine - 40]byte
+}
+
+// init makes a slot for every processor that can run at once now. If
+// GOMAXPROCS grows later, processors share slots, which costs only speed.
+func (r *slots[T]) init() {
+	n := 1
+	for n < max(runtime.GOMAXPROCS(0), runtime.NumCPU()) {
+		n *= 2
+	}
+	r.s = make([]slot[T], n)
+	r.mask = n - 1
+}
+
+// take takes the entry parked in the calling processor's slot, if any, with
+// its permit. final says that the entry completes a lease, which take then
+// counts.
+func (r *slots[T]) take(final bool) *entry[T] {
+	if r.bypass.Load() {
+		return nil
+	}
+	s := &r.s[procPin()&r.mask]
+	e := s.e.Load()
+	if e == nil || !s.e.CompareAndSwap(e, nil) {
+		procUnpin()
+		return nil
+	}
+	if final {
+		s.leases.Add(1)
+	}
+	procUnpin()
+	return e
+}
+
+// park parks e, an idle entry whose permit the caller holds, in the calling
+// processor's slot. It reports false, leaving e and its permit with the
+// caller, when the slot is full or bypass is set.
+func (r *slots[T]) park(e *entry[T]) bool {
+	if r.bypass.Load() {
+		return false
+	}
+	s := &r.s[procPin()&r.mask]
+	parked := s.e.CompareAndSwap(nil, e)
+	procUnpin()
+	if parked && r.bypass.Load() && s.e.CompareAndSwap(e, nil) {
+		return false // bypass came on as we parked: see above
+	}
+	return parked
+}
+
+// steal takes any parked entry, with its permit, or returns nil when none is
+// parked. Caller holds gate.mu.
+func (r *slots[T]) steal() *entry[T] {
+	for i := range r.s {
+		s := &r.s[i]
+		if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
+			return e
+		}
+	}
+	return nil
+}
+
+// scan counts the parked entries and the leases served from slots. The
+// slots change under it, so the count is a moment's estimate.
+func (r *slots[T]) scan() (parked int, leases uint64) {
+	for i := range r.s {
+		if r.s[i].e.Load() != nil {
+			parked++
+		}
+		leases += r.s[i].leases.Load()
+	}
+	return parked, leases
+}
+
+// # The queue
+//
+// Behind the slots is the FIFO queue: a circular buffer of entries,
 // guarded by the gate's mutex (gate.mu), so that taking a permit and taking
 // an idle item are one critical section and a release can choose between a
 // waiter and the queue atomically. Items leave from the head, the one idle
