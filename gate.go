@@ -45,12 +45,16 @@ type gate[T any] struct {
 	waiters    waitQueue[T]
 	drained    chan struct{} // made by the first Shutdown; closed when closed and held == 0
 	spare      sync.Pool     // of *waiter[T], for reuse
+	// woken lists the waiters granted under the lock, linked by wakeNext,
+	// for unlock to wake once the lock is released.
+	woken *waiter[T]
 }
 
 // waiter is one lease queued for a permit. Waiters are recycled through
 // spare, so a contended lease allocates nothing once warm.
 type waiter[T any] struct {
-	// ready receives exactly one token per grant, sent under gate.mu.
+	// ready receives exactly one token per grant, sent by gate.unlock
+	// right after the lock that granted it is released.
 	ready chan struct{}
 	// The grant, written under gate.mu before the token is sent: the handed
 	// item, or nil for the bare permit; or err (ErrClosed) and no permit.
@@ -59,6 +63,7 @@ type waiter[T any] struct {
 	granted bool
 
 	prev, next *waiter[T]
+	wakeNext   *waiter[T]  // in gate.woken, between the grant and the wake-up
 	timer      *time.Timer // LeaseTimeout; made on first use, kept with the waiter
 }
 
@@ -95,7 +100,8 @@ func (q *waitQueue[T]) remove(w *waiter[T]) {
 }
 
 // grantOldest removes the oldest waiter and grants it e (nil: the bare
-// permit) or err. It reports false when no one waits. Caller holds g.mu.
+// permit) or err. It reports false when no one waits. Caller holds g.mu and
+// must release it with unlock, which wakes the waiter.
 func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 	w := g.waiters.head
 	if w == nil {
@@ -104,8 +110,25 @@ func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 	g.waiters.remove(w)
 	g.setBypass()
 	w.e, w.err, w.granted = e, err, true
-	w.ready <- struct{}{} // never blocks: cap 1, one grant per wait
+	w.wakeNext, g.woken = g.woken, w
 	return true
+}
+
+// unlock releases g.mu, then wakes the waiters granted under it. Waking a
+// goroutine makes it runnable, which takes the scheduler's locks; outside
+// the critical section, that no longer holds up the other processor's
+// leases and releases. A waiter that gives up between its grant and its
+// wake-up sees granted set and waits for the token (see leave).
+func (g *gate[T]) unlock() {
+	w := g.woken
+	g.woken = nil
+	g.mu.Unlock()
+	for w != nil {
+		next := w.wakeNext
+		w.wakeNext = nil
+		w.ready <- struct{}{} // never blocks: cap 1, one grant per wait; w is not ours after
+		w = next
+	}
 }
 
 // acquireFast takes a permit and the oldest idle entry (nil when none is
@@ -187,15 +210,8 @@ func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T],
 	if w == nil {
 		w = &waiter[T]{ready: make(chan struct{}, 1)}
 	}
-	g.waiters.pushBack(w)
-	if g.setBypass() {
-		// Hand the parked entries to the waiters, w first: w may leave
-		// with one at once.
-		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-			g.passOnLocked(e)
-		}
-	}
-	g.mu.Unlock()
+	g.enqueueLocked(w)
+	g.unlock()
 	start := monotime() // outside the lock: this clock is slow on some VMs
 
 	var timerC <-chan time.Time
@@ -242,6 +258,18 @@ func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T],
 	return e, true, time.Duration(monotime() - start), expired, err
 }
 
+// enqueueLocked queues w. When w is the first waiter, the slots' bypass
+// comes on and every parked entry goes to the waiters, w first: w may be
+// granted at once. Caller holds g.mu.
+func (g *gate[T]) enqueueLocked(w *waiter[T]) {
+	g.waiters.pushBack(w)
+	if g.setBypass() {
+		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
+			g.passOnLocked(e)
+		}
+	}
+}
+
 // leave takes a waiter that gave up (canceled or timed out) out of the
 // queue. A grant may have raced with the giving up: it happened before leave
 // took the lock if and only if granted is set; otherwise removing the waiter
@@ -259,7 +287,7 @@ func (g *gate[T]) leave(w *waiter[T]) (stranded *entry[T], closed bool) {
 		return nil, false
 	}
 	g.mu.Unlock()
-	<-w.ready // sent under the lock, so already buffered
+	<-w.ready // the granter's unlock sends it, if it has not yet
 	if w.err != nil {
 		return nil, true
 	}
@@ -281,7 +309,7 @@ func (g *gate[T]) passOn(e *entry[T]) bool {
 		return false
 	}
 	g.passOnLocked(e)
-	g.mu.Unlock()
+	g.unlock()
 	return true
 }
 
@@ -307,7 +335,7 @@ func (g *gate[T]) passOnLocked(e *entry[T]) {
 func (g *gate[T]) tryAcquireBelow(minIdle int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	parked, _ := g.slots.scan()
+	parked := g.slots.scan().parked
 	if g.closed || g.held+g.idle.len() >= g.size || g.waiters.n > 0 || g.idle.len()+parked >= minIdle {
 		return false
 	}
@@ -320,7 +348,7 @@ func (g *gate[T]) tryAcquireBelow(minIdle int) bool {
 // brings a permit of its own, which takeIdle frees (or hands on).
 func (g *gate[T]) takeIdle() *entry[T] {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	defer g.unlock()
 	if e := g.idle.pop(); e != nil {
 		return e
 	}
@@ -358,7 +386,7 @@ func (g *gate[T]) drainIdleLocked() []*entry[T] {
 // entries; later calls report false.
 func (g *gate[T]) close() ([]*entry[T], bool) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	defer g.unlock()
 	if g.closed {
 		return nil, false
 	}
@@ -387,13 +415,14 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // counts returns the permits held by leases (and creations and
 // destructions), the idle entries (queued or parked), the queued waiters and
-// the leases that completed without reaching obtain. Parked entries come and
-// go without the lock, so the split between leased and idle is a moment's
-// estimate, but neither figure exceeds size.
-func (g *gate[T]) counts() (leased, idle, queued int, fastLeases uint64) {
+// the slots' sums, with fastLeases added to their leases. Parked entries
+// come and go without the lock, so the split between leased and idle is a
+// moment's estimate, but neither figure exceeds size.
+func (g *gate[T]) counts() (leased, idle, queued int, sums slotSums) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	parked, slotLeases := g.slots.scan()
-	parked = min(parked, g.held) // an entry seen in two slots as it moved
-	return g.held - parked, g.idle.len() + parked, g.waiters.n, g.fastLeases + slotLeases
+	sums = g.slots.scan()
+	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
+	sums.leases += g.fastLeases
+	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, sums
 }

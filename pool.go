@@ -49,11 +49,11 @@ type Pool[T any] struct {
 	errExhausted error // made once: a failing TryLease allocates nothing
 }
 
-// counters are the Stats figures that cannot be derived from the gate. They
-// are kept off the fast path (but for Leases, which the gate counts there).
+// counters are the Stats figures that cannot be derived from the gate and
+// that no lease writes on its way: those (Leases, Waits, WaitTime) are kept
+// per processor in the idle ring's slots.
 type counters struct {
-	leases, waits, timeouts, canceled         atomic.Uint64
-	waitTime                                  atomic.Int64
+	timeouts, canceled                        atomic.Uint64
 	created, destroyed, detached              atomic.Uint64
 	idleExpired, lifetimeExpired, prepareFail atomic.Uint64
 }
@@ -250,8 +250,9 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok, closed, wait b
 			p.destroyAndFree(e, reasonClose) // stranded by Close as we gave up
 		}
 		if queued {
-			p.c.waits.Add(1)
-			p.c.waitTime.Add(int64(waited))
+			s := p.g.slots.mine()
+			s.waits.Add(1)
+			s.waitTime.Add(int64(waited))
 		}
 		switch {
 		case err == nil:
@@ -272,7 +273,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok, closed, wait b
 		}
 		return Lease[T]{}, err
 	}
-	p.c.leases.Add(1)
+	p.g.slots.mine().leases.Add(1)
 	return Lease[T]{e: e, gen: e.gen.Load()}, nil
 }
 
@@ -660,7 +661,7 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 // Stats returns a snapshot of the pool's figures.
 func (p *Pool[T]) Stats() Stats {
 	created := p.c.created.Load() // before Destroyed and Detached: see Stats
-	held, idle, queued, fastLeases := p.g.counts()
+	held, idle, queued, sums := p.g.counts()
 	return Stats{
 		Name:            p.opts.Name,
 		MinSize:         p.opts.MinSize,
@@ -669,9 +670,9 @@ func (p *Pool[T]) Stats() Stats {
 		ItemsAvailable:  idle,
 		ActiveLeases:    held,
 		QueuedLeases:    queued,
-		Leases:          fastLeases + p.c.leases.Load(),
-		Waits:           p.c.waits.Load(),
-		WaitTime:        time.Duration(p.c.waitTime.Load()),
+		Leases:          sums.leases,
+		Waits:           sums.waits,
+		WaitTime:        time.Duration(sums.waitTime),
 		Timeouts:        p.c.timeouts.Load(),
 		Canceled:        p.c.canceled.Load(),
 		Created:         created,

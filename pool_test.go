@@ -168,14 +168,21 @@ func TestReleaseHandsItemStraightToWaiter(t *testing.T) {
 func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 	newWaiter := func() *waiter[int] { return &waiter[int]{ready: make(chan struct{}, 1)} }
 	item := &entry[int]{value: 42}
+	// grant grants the oldest waiter as a release or Close does: under the
+	// lock, waking it as the lock is released.
+	grant := func(g *gate[int], e *entry[int], err error) bool {
+		g.mu.Lock()
+		defer g.unlock()
+		return g.grantOldest(e, err)
+	}
 
 	t.Run("item to the next waiter", func(t *testing.T) {
 		g := &gate[int]{size: 1, held: 1}
 		w1, w2 := newWaiter(), newWaiter()
 		g.waiters.pushBack(w1)
 		g.waiters.pushBack(w2)
-		require.True(t, g.grantOldest(item, nil)) // w1 is granted ...
-		stranded, closed := g.leave(w1)           // ... as it gives up
+		require.True(t, grant(g, item, nil)) // w1 is granted ...
+		stranded, closed := g.leave(w1)      // ... as it gives up
 		assert.Nil(t, stranded)
 		assert.False(t, closed)
 		require.Len(t, w2.ready, 1, "w2 was woken")
@@ -187,7 +194,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		g := &gate[int]{size: 1, held: 1}
 		w1 := newWaiter()
 		g.waiters.pushBack(w1)
-		g.grantOldest(item, nil)
+		grant(g, item, nil)
 		g.leave(w1)
 		assert.Equal(t, 0, g.held)
 		assert.Equal(t, 1, g.idle.len())
@@ -196,7 +203,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		g := &gate[int]{size: 1, held: 1}
 		w1 := newWaiter()
 		g.waiters.pushBack(w1)
-		g.grantOldest(nil, nil)
+		grant(g, nil, nil)
 		g.leave(w1)
 		assert.Equal(t, 0, g.held)
 		assert.Equal(t, 0, g.idle.len())
@@ -215,12 +222,35 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		g := &gate[int]{size: 1, held: 1}
 		w1 := newWaiter()
 		g.waiters.pushBack(w1)
-		g.grantOldest(item, nil)
+		grant(g, item, nil)
 		g.close()
 		stranded, closed := g.leave(w1)
 		assert.Same(t, item, stranded)
 		assert.False(t, closed)
 		assert.Equal(t, 1, g.held, "the caller still holds the permit")
+	})
+	t.Run("gave up between the grant and the wake-up", func(t *testing.T) {
+		g := &gate[int]{size: 1, held: 1}
+		w1, w2 := newWaiter(), newWaiter()
+		g.waiters.pushBack(w1)
+		g.waiters.pushBack(w2)
+		g.mu.Lock()
+		require.True(t, g.grantOldest(item, nil)) // granted, not yet woken
+		left := make(chan *entry[int])
+		go func() {
+			stranded, _ := g.leave(w1) // waits for the lock, then for the token
+			left <- stranded
+		}()
+		g.unlock() // wakes w1, whose leave passes the item on
+		select {
+		case stranded := <-left:
+			assert.Nil(t, stranded)
+		case <-time.After(testWait):
+			t.Fatal("leave never saw the wake-up")
+		}
+		require.Len(t, w2.ready, 1, "w2 was woken")
+		assert.Same(t, item, w2.e)
+		assert.Equal(t, 1, g.held)
 	})
 	t.Run("woken by Close", func(t *testing.T) {
 		g := &gate[int]{size: 1, held: 1}

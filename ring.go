@@ -66,13 +66,19 @@ import (
 // lines in pairs.
 const cacheLine = 128
 
-// slot is one processor's parking place.
+// slot is one processor's parking place, and its share of the counters
+// that leases write on their way: kept per processor, on the slot's line,
+// so that no counter is a cache line both processors write. Stats sums them.
 type slot[T any] struct {
 	e atomic.Pointer[entry[T]]
-	// leases counts the leases completed from this slot, so the fast path
-	// writes no shared counter. Stats sums them.
+	// leases counts the leases completed here: taken from this slot, or
+	// through the gate by a goroutine running on this processor.
 	leases atomic.Uint64
-	_      [cacheLine - 16]byte
+	// waits and waitTime count the leases that queued on this processor
+	// and the time they spent queued.
+	waits    atomic.Uint64
+	waitTime atomic.Int64
+	_        [cacheLine - 32]byte
 }
 
 // slots is the row of per-processor slots. Its header is read on every
@@ -96,6 +102,14 @@ func (r *slots[T]) init() {
 	r.mask = n - 1
 }
 
+// mine returns the calling processor's slot. The goroutine may move to
+// another processor right after, which costs only locality.
+func (r *slots[T]) mine() *slot[T] {
+	s := &r.s[procPin()&r.mask]
+	procUnpin()
+	return s
+}
+
 // take takes the entry parked in the calling processor's slot, if any, with
 // its permit. final says that the entry completes a lease, which take then
 // counts.
@@ -103,16 +117,14 @@ func (r *slots[T]) take(final bool) *entry[T] {
 	if r.bypass.Load() {
 		return nil
 	}
-	s := &r.s[procPin()&r.mask]
+	s := r.mine()
 	e := s.e.Load()
 	if e == nil || !s.e.CompareAndSwap(e, nil) {
-		procUnpin()
 		return nil
 	}
 	if final {
 		s.leases.Add(1)
 	}
-	procUnpin()
 	return e
 }
 
@@ -123,13 +135,15 @@ func (r *slots[T]) park(e *entry[T]) bool {
 	if r.bypass.Load() {
 		return false
 	}
-	s := &r.s[procPin()&r.mask]
-	parked := s.e.CompareAndSwap(nil, e)
-	procUnpin()
-	if parked && r.bypass.Load() && s.e.CompareAndSwap(e, nil) {
-		return false // bypass came on as we parked: see above
-	}
-	return parked
+	s := r.mine()
+	return s.e.CompareAndSwap(nil, e) && r.confirm(s, e)
+}
+
+// confirm finishes a park of e in s: it loads bypass again and, when it came
+// on as e was parked, takes e back if it is still there and reports false:
+// the caller must give e to the gate. See the protocol above.
+func (r *slots[T]) confirm(s *slot[T], e *entry[T]) bool {
+	return !r.bypass.Load() || !s.e.CompareAndSwap(e, nil)
 }
 
 // steal takes any parked entry, with its permit, or returns nil when none is
@@ -144,16 +158,26 @@ func (r *slots[T]) steal() *entry[T] {
 	return nil
 }
 
-// scan counts the parked entries and the leases served from slots. The
-// slots change under it, so the count is a moment's estimate.
-func (r *slots[T]) scan() (parked int, leases uint64) {
+// slotSums are the slots' figures summed up.
+type slotSums struct {
+	parked        int
+	leases, waits uint64
+	waitTime      int64
+}
+
+// scan counts the parked entries and sums the slots' counters. The slots
+// change under it, so the figures are a moment's estimate.
+func (r *slots[T]) scan() (sums slotSums) {
 	for i := range r.s {
-		if r.s[i].e.Load() != nil {
-			parked++
+		s := &r.s[i]
+		if s.e.Load() != nil {
+			sums.parked++
 		}
-		leases += r.s[i].leases.Load()
+		sums.leases += s.leases.Load()
+		sums.waits += s.waits.Load()
+		sums.waitTime += s.waitTime.Load()
 	}
-	return parked, leases
+	return sums
 }
 
 // # The queue
