@@ -1,0 +1,240 @@
+package pool
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The idle ring's tests. The slots' protocol is in ring.go; these tests
+// drive its interleavings by hand on a gate, and race them under load on a
+// pool. The whole package also runs with -tags poolportable in CI, where
+// the processor hint comes from a sync.Pool and goroutines share slots.
+
+func TestRingSlotsHaveACacheLineEach(t *testing.T) {
+	assert.Equal(t, uintptr(cacheLine), unsafe.Sizeof(slot[int]{}))
+	assert.Equal(t, uintptr(cacheLine), unsafe.Sizeof(slot[[4]int]{}), "the slot's size is not T's")
+	assert.Equal(t, uintptr(cacheLine), unsafe.Sizeof(slots[int]{}), "the header has a line of its own")
+
+	var r slots[int]
+	r.init()
+	assert.GreaterOrEqual(t, len(r.s), 1)
+	assert.Zero(t, len(r.s)&(len(r.s)-1), "a power of two")
+	assert.Equal(t, len(r.s)-1, r.mask)
+}
+
+func TestRingQueueIsFIFOAcrossGrowth(t *testing.T) {
+	var q idleQueue[int]
+	es := make([]*entry[int], 20)
+	for i := range es {
+		es[i] = &entry[int]{value: i}
+	}
+	// Wrap the head around before growing, so grow must unroll it.
+	for _, e := range es[:6] {
+		q.push(e)
+	}
+	for i := range 4 {
+		assert.Same(t, es[i], q.pop())
+	}
+	for _, e := range es[6:] {
+		q.push(e)
+	}
+	assert.Equal(t, 16, q.len())
+	for i := 4; i < len(es); i++ {
+		assert.Same(t, es[i], q.pop(), "oldest first")
+	}
+	assert.Nil(t, q.pop())
+	for i, e := range q.buf {
+		assert.Nil(t, e, "slot %d still references an entry given out", i)
+	}
+}
+
+// rgGate returns a gate of size 1 whose one permit is held, as by a lease
+// about to release e.
+func rgGate() (*gate[int], *entry[int]) {
+	g := &gate[int]{size: 1, held: 1}
+	g.slots.init()
+	return g, &entry[int]{value: 7}
+}
+
+// rgGranted returns the entry granted to w, failing if w was not woken.
+func rgGranted(t *testing.T, w *waiter[int]) *entry[int] {
+	t.Helper()
+	select {
+	case <-w.ready:
+		require.True(t, w.granted)
+		require.NoError(t, w.err)
+		return w.e
+	default:
+		t.Fatal("the waiter was not woken")
+		return nil
+	}
+}
+
+// An item parked in a slot while a lease is on its way to queueing reaches
+// that lease, whichever of the three orders the two take.
+func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
+	newWaiter := func() *waiter[int] { return &waiter[int]{ready: make(chan struct{}, 1)} }
+
+	t.Run("parked before the lease looked: taken without queueing", func(t *testing.T) {
+		g, e := rgGate()
+		require.True(t, g.slots.park(e))
+		got, queued, _, _, err := g.wait(context.Background(), 0)
+		require.NoError(t, err)
+		assert.Same(t, e, got, "the lease found it in the slot")
+		assert.False(t, queued)
+		assert.Equal(t, 1, g.held, "the permit came with the item")
+	})
+
+	t.Run("parked between the lease's look and its queueing", func(t *testing.T) {
+		g, e := rgGate()
+		w := newWaiter()
+		s := g.slots.mine()
+		g.mu.Lock()
+		_, ok := g.acquireLocked() // the lease looks: no permit, nothing idle
+		require.False(t, ok)
+		require.True(t, s.e.CompareAndSwap(nil, e)) // the release parks ...
+		g.enqueueLocked(w)                           // ... as the lease queues
+		g.unlock()
+		assert.True(t, g.slots.confirm(s, e), "the release finds its item gone: nothing left to do")
+		assert.Same(t, e, rgGranted(t, w), "queueing stole the parked item for the waiter")
+		assert.Equal(t, 1, g.held)
+		assert.Zero(t, g.waiters.n)
+		assert.False(t, g.slots.bypass.Load(), "bypass goes off with the last waiter")
+	})
+
+	t.Run("parked after bypass came on", func(t *testing.T) {
+		g, e := rgGate()
+		w := newWaiter()
+		g.mu.Lock()
+		g.enqueueLocked(w) // the lease queues; bypass comes on
+		g.unlock()
+		require.True(t, g.slots.bypass.Load())
+		s := g.slots.mine()
+		require.True(t, s.e.CompareAndSwap(nil, e)) // the release had looked before
+		require.False(t, g.slots.confirm(s, e), "the release sees bypass and takes its item back")
+		assert.Nil(t, s.e.Load())
+		require.True(t, g.passOn(e)) // the release's slow path
+		assert.Same(t, e, rgGranted(t, w))
+		assert.Equal(t, 1, g.held)
+	})
+
+	t.Run("a release with bypass on does not park", func(t *testing.T) {
+		g, e := rgGate()
+		g.mu.Lock()
+		g.enqueueLocked(newWaiter())
+		g.unlock()
+		assert.False(t, g.slots.park(e))
+		assert.Zero(t, g.slots.scan().parked)
+	})
+}
+
+// A lease that misses its own slot takes an item parked in any other slot
+// before it creates or queues: reuse comes first.
+func TestRingLeaseStealsFromOtherSlots(t *testing.T) {
+	g, e := rgGate()
+	for i := range g.slots.s {
+		g.slots.s[i].e.Store(e)
+		got, ok := g.acquireLocked()
+		require.True(t, ok, "slot %d", i)
+		assert.Same(t, e, got, "slot %d", i)
+		assert.Equal(t, 1, g.held, "the parked item's permit came with it")
+		assert.Nil(t, g.slots.s[i].e.Load())
+	}
+}
+
+// Releases racing leases that are about to queue, many times over: every
+// lease gets the item, no item is stranded in a slot, and at the end of
+// every round the pool is at rest with its one item idle.
+func TestRingReleaseRacingQueueingLease(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	const rounds = 2000
+	for round := range rounds {
+		held := mustLease(t, p)
+		got := make(chan error, 1)
+		start := make(chan struct{})
+		go func() {
+			<-start
+			l, err := p.Lease(ctx) // queues, or finds the item parked
+			if err == nil {
+				l.Release()
+			}
+			got <- err
+		}()
+		close(start)
+		if round%2 == 1 {
+			time.Sleep(time.Duration(round%7) * time.Microsecond) // vary the overlap
+		}
+		held.Release()
+		require.NoError(t, <-got, "round %d: the lease never got the item", round)
+		s := p.Stats()
+		require.Equal(t, 0, s.ActiveLeases, "round %d: %+v", round, s)
+		require.Equal(t, 1, s.ItemsAvailable, "round %d: %+v", round, s)
+		require.Zero(t, s.QueuedLeases, "round %d", round)
+	}
+	assert.Equal(t, int64(1), tr.created.Load(), "one item served every round")
+	s := p.Stats()
+	assert.Equal(t, uint64(2*rounds), s.Leases)
+	assert.Positive(t, s.Waits, "some rounds queued (else the test raced nothing)")
+}
+
+// Parked items are idle items: Stats counts them as available, and Clear
+// and Close destroy them, while many goroutines park and take.
+func TestRingParkedItemsAreIdleForStatsClearAndClose(t *testing.T) {
+	const size = 8
+	p, tr := newTracked(t, Options[*conn]{MaxSize: size})
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := p.Lease(ctx)
+				if err != nil {
+					return // closed
+				}
+				l.Release()
+			}
+		})
+	}
+	for range 300 {
+		s := p.Stats()
+		require.LessOrEqual(t, s.ActiveLeases+s.ItemsAvailable, size, "%+v", s)
+		require.GreaterOrEqual(t, s.ActiveLeases, 0, "%+v", s)
+		require.LessOrEqual(t, tr.live.Load(), int64(size))
+		p.Clear()
+	}
+	close(stop)
+	wg.Wait()
+
+	s := p.Stats()
+	assert.Zero(t, s.ActiveLeases)
+	assert.Equal(t, s.ItemsAllocated, s.ItemsAvailable)
+	assert.Equal(t, int64(s.ItemsAvailable), tr.live.Load(), "every idle item, parked or queued, is counted")
+	p.Clear()
+	assert.Zero(t, tr.live.Load(), "Clear destroyed the parked items too")
+	assert.Zero(t, p.Stats().ItemsAvailable)
+
+	// Park a few again, then Close: none survives in a slot.
+	ls := []Lease[*conn]{mustLease(t, p), mustLease(t, p), mustLease(t, p)}
+	for _, l := range ls {
+		l.Release()
+	}
+	require.NoError(t, p.Close())
+	assert.Zero(t, tr.live.Load(), "Close destroyed the parked items")
+	assert.Zero(t, p.g.slots.scan().parked)
+	assertAtRest(t, p)
+}
