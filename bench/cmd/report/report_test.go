@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// sample is two rounds of benchmark output as run.sh appends them, with the
+// pools out of poolOrder, GOMAXPROCS 1 (no suffix) and 2, and go test's
+// chatter between rounds. Round 2 differs so that medians are means of two.
+const sample = `goos: linux
+goarch: amd64
+pkg: github.com/msl-armory/pool/bench
+cpu: Test CPU @ 1GHz            
+BenchmarkSequential/pool=puddle         	 1000000	       150.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=puddle-2       	 1000000	       200.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=msl            	 1000000	        30.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=msl-2          	 1000000	        40.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=syncpool       	 1000000	        10.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=syncpool-2     	 1000000	        10.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkParallel/pool=msl-2            	 1000000	        20.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkParallel/pool=puddle-2         	 1000000	       200.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkParallel/pool=syncpool-2       	 1000000	         6.000 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/pool=msl-2           	 1000000	       300.0 ns/op	      16 B/op	       1 allocs/op
+BenchmarkContended/pool=puddle-2        	 1000000	       600.0 ns/op	     175 B/op	       2 allocs/op
+PASS
+goos: linux
+goarch: amd64
+pkg: github.com/msl-armory/pool/bench
+cpu: Test CPU @ 1GHz            
+BenchmarkSequential/pool=puddle         	 1000000	       170.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=puddle-2       	 1000000	       220.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=msl            	 1000000	        34.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=msl-2          	 1000000	        44.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=syncpool       	 1000000	        12.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSequential/pool=syncpool-2     	 1000000	        12.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkParallel/pool=msl-2            	 1000000	        30.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkParallel/pool=puddle-2         	 1000000	       220.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkParallel/pool=syncpool-2       	 1000000	         6.000 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/pool=msl-2           	 1000000	       340.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/pool=puddle-2        	 1000000	       640.0 ns/op	     175 B/op	       2 allocs/op
+PASS
+ok  	github.com/msl-armory/pool/bench	12.345s
+`
+
+func parseSample(t *testing.T) *data {
+	t.Helper()
+	d, err := parse(strings.NewReader(sample), "sample.txt")
+	require.NoError(t, err)
+	return d
+}
+
+func TestParse(t *testing.T) {
+	d := parseSample(t)
+	assert.Equal(t, []string{"Sequential", "Parallel", "Contended"}, d.workloads, "workloads in the order first seen")
+	assert.Equal(t, []string{"msl", "puddle", "syncpool"}, d.pools, "pools in poolOrder, ours first")
+	assert.Equal(t, []int{1, 2}, d.procs)
+	assert.Equal(t, "linux", d.config["goos"])
+	assert.Equal(t, "Test CPU @ 1GHz", d.config["cpu"], "trailing blanks trimmed")
+
+	s := d.runs[key{"Sequential", "puddle", 1}]
+	require.NotNil(t, s)
+	assert.InDeltaSlice(t, []float64{150, 170}, s.ns, 1e-9, "ns/op per run, in input order")
+	assert.Equal(t, []float64{0, 0}, s.allocs)
+	assert.Nil(t, d.runs[key{"Parallel", "msl", 1}], "no such benchmark in the sample")
+}
+
+func TestParseRejects(t *testing.T) {
+	for name, in := range map[string]string{
+		"no pool part": "BenchmarkSequential-2 \t 100 \t 5.0 ns/op\n",
+		"no results":   "goos: linux\nPASS\n",
+		"torn line":    "BenchmarkSequential/pool=msl-2 \t 100 \t 5.0\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := parse(strings.NewReader(in), "bad.txt")
+			assert.Error(t, err)
+		})
+	}
+}
+
+func TestKeyOf(t *testing.T) {
+	for in, want := range map[string]key{
+		"BenchmarkParallel/pool=msl-2":     {"Parallel", "msl", 2},
+		"BenchmarkParallel/pool=msl":       {"Parallel", "msl", 1},
+		"BenchmarkContended/pool=puddle-8": {"Contended", "puddle", 8},
+		"BenchmarkX/size=4/pool=chan-2":    {"X/size=4", "chan", 2},
+	} {
+		got, err := keyOf([]byte(in))
+		if assert.NoError(t, err, in) {
+			assert.Equal(t, want, got, in)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{7}, 7},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{10, 10, 1000, 9}, 10},
+	} {
+		in := append([]float64(nil), tc.in...)
+		assert.InDelta(t, tc.want, median(in), 1e-12, "median(%v)", tc.in)
+		assert.Equal(t, tc.in, in, "median must not reorder its input")
+	}
+}
+
+func TestCellAndCompare(t *testing.T) {
+	d := parseSample(t)
+
+	c, ok := d.cell("Contended", "msl", 2)
+	require.True(t, ok)
+	assert.Equal(t, 2, c.n)
+	assert.InDelta(t, 320, c.ns, 1e-9)
+	assert.InDelta(t, 0.5, c.allocs, 1e-9, "median of 1 and 0")
+	assert.InDelta(t, 1, c.maxAllocs, 1e-9)
+	assert.InDelta(t, 8, c.bytes, 1e-9)
+
+	_, ok = d.cell("Contended", "syncpool", 2)
+	assert.False(t, ok)
+
+	r, ok := d.compare("Sequential", "puddle", 2) // 210 / 42
+	require.True(t, ok)
+	assert.InDelta(t, 5, r.theirsOverOurs, 1e-9)
+	assert.InDelta(t, 0.2, r.oursOverTheirs, 1e-9)
+
+	_, ok = d.compare("Contended", "syncpool", 2)
+	assert.False(t, ok, "no syncpool runs to compare with")
+}
+
+func TestTargets(t *testing.T) {
+	d := parseSample(t)
+	for _, tc := range []struct {
+		target speedTarget
+		want   verdict
+	}{
+		// 42 ≤ 0.2 × 210 exactly: a limit met with equality passes.
+		{speedTarget{workload: "Sequential", procs: 2, other: "puddle", factor: 0.2}, verdict{have: true, met: true}},
+		{speedTarget{workload: "Sequential", procs: 2, other: "puddle", factor: 0.19}, verdict{have: true, met: false}},
+		// 25 > 0.1 × 210; 25 ≤ 4 × 6.
+		{speedTarget{workload: "Parallel", procs: 2, other: "puddle", factor: 0.1}, verdict{have: true, met: false}},
+		{speedTarget{workload: "Parallel", procs: 2, other: "syncpool", factor: 4.5}, verdict{have: true, met: true}},
+		{speedTarget{workload: "Parallel", procs: 1, other: "puddle", factor: 0.2}, verdict{}},
+		{speedTarget{workload: "Contended", procs: 2, other: "puddle", factor: 0.4}, verdict{have: true, met: false}},
+	} {
+		_, _, _, v := checkSpeed(d, tc.target)
+		assert.Equal(t, tc.want, v, "%s", tc.target)
+	}
+
+	_, v := checkAllocs(d, "Sequential")
+	assert.Equal(t, verdict{have: true, met: true}, v)
+	_, v = checkAllocs(d, "Contended") // median 0.5 at -cpu 2, no -cpu 1 runs
+	assert.Equal(t, verdict{}, v)
+}
+
+func TestWriteResults(t *testing.T) {
+	d := parseSample(t)
+	const bs = "goos: linux\n      │ msl │ puddle │\nsec/op 42n 210n\n"
+	var buf bytes.Buffer
+	require.NoError(t, writeResults(&buf, d, meta{
+		date: "2026-01-02 03:04 UTC", goVersion: "go version go1.26 linux/amd64",
+		cpu: "Test CPU", ncpu: 2, goos: "linux", goarch: "amd64",
+		count: "2", benchtime: "1s", command: "COUNT=2 BENCHTIME=1s bench/run.sh",
+	}, "chart.png", bs))
+	out := buf.String()
+
+	for _, want := range []string{
+		"`COUNT=2 BENCHTIME=1s bench/run.sh`",
+		"go version go1.26 linux/amd64",
+		"Test CPU (2 logical CPUs)",
+		"2 runs of each benchmark",
+		"![", "(chart.png)",
+		"### Sequential", "### Parallel", "### Contended",
+		// Sequential, puddle: 160 and 210 ns; theirs/ours 160/32 = 5, 210/42 = 5.
+		"| puddle | 160 | 0 | 0 | 5.00 | 0.20 | 210 | 0 | 0 | 5.00 | 0.20 |",
+		"| msl | 32.0 | 0 | 0 | base | base | 42.0 | 0 | 0 | base | base |",
+		"| Sequential, -cpu 2: ours ≤ 0.2 × puddle | 42.0 | 210 | 0.2000 | ≤ 0.20 | PASS |",
+		"| Parallel, -cpu 2: ours ≤ 0.15 × puddle | 25.0 | 210 | 0.1190 | ≤ 0.15 | PASS |",
+		"| Parallel, -cpu 2: ours ≤ 4 × syncpool | 25.0 | 6.00 | 4.1667 | ≤ 4.00 | FAIL |",
+		"| Contended, -cpu 2: ours ≤ 0.4 × puddle | 320 | 620 | 0.5161 | ≤ 0.40 | FAIL |",
+		"| Contended: ours 0 allocs/op | – (-cpu 1), 0.5 (-cpu 2) | –, 1 | NO DATA |",
+		"**3 of 7 targets met.**",
+		"```\n" + bs + "```\n",
+	} {
+		assert.Contains(t, out, want)
+	}
+	assert.Contains(t, out, "(reported, not counted)")
+}
+
+func TestDrawChart(t *testing.T) {
+	d := parseSample(t)
+	path := filepath.Join(t.TempDir(), "chart.png")
+	require.NoError(t, drawChart(d, chartProcs(d), path))
+
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	assert.Equal(t, chartWidthPx, img.Bounds().Dx())
+	assert.Equal(t, chartHeightPx, img.Bounds().Dy())
+}
+
+func TestLog10Ticks(t *testing.T) {
+	ticks := log10Ticks(0, 2.5)
+	var labels []string
+	for _, tk := range ticks {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	assert.Equal(t, []string{"1", "10", "100"}, labels)
+	assert.Len(t, ticks, 3+8+8+2, "majors, 2–9 × 1 and 10, 200 and 300")
+}

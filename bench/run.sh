@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs the pool comparison and writes the evidence next to this script:
+#   raw.txt        every run's `go test -bench` output (the evidence)
+#   benchstat.txt  benchstat -col /pool over raw.txt, msl as the base column
+#   RESULTS.md     medians, ratios to msl, the targets' verdicts, benchstat
+#   chart.png      median ns/op per workload and pool at -cpu 2
+#
+# Environment: COUNT rounds (default 6), BENCHTIME per benchmark (default 1s).
+# Each round runs every benchmark once, so the pools are interleaved in time
+# and a burst of noise hits one round of all of them, not all runs of one.
+# Runs from any directory.
+set -euo pipefail
+
+COUNT=${COUNT:-6}
+BENCHTIME=${BENCHTIME:-1s}
+POOLS="msl puddle commons channel semaphore syncpool" # msl first: the base
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd "$here"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "==> go test -c (once)"
+go test -c -o "$tmp/bench.test" .
+
+: >raw.txt
+for round in $(seq 1 "$COUNT"); do
+	echo "==> round $round of $COUNT (benchtime $BENCHTIME, -cpu 1,2)"
+	"$tmp/bench.test" -test.run '^$' -test.bench . -test.cpu 1,2 -test.count 1 \
+		-test.benchtime "$BENCHTIME" | tee -a raw.txt
+done
+
+echo "==> benchstat"
+go run golang.org/x/perf/cmd/benchstat -col "/pool@($POOLS)" raw.txt >benchstat.txt
+
+echo "==> report"
+go run ./cmd/report -raw raw.txt -benchstat benchstat.txt -out RESULTS.md -chart chart.png \
+	-count "$COUNT" -benchtime "$BENCHTIME" -command "COUNT=$COUNT BENCHTIME=$BENCHTIME bench/run.sh"
+
+echo
+echo "Results:"
+echo "  $here/RESULTS.md"
+echo "  $here/chart.png"
+echo "  $here/benchstat.txt"
+echo "  $here/raw.txt"
