@@ -68,10 +68,14 @@ type Stats struct {
 	// ItemsAllocated is ActiveLeases + ItemsAvailable: the items the pool
 	// accounts for (leased, idle, being created or being destroyed).
 	ItemsAllocated int
-	// ItemsAvailable is the number of idle items.
+	// ItemsAvailable is the number of idle items, in the idle queue or
+	// parked in a processor's slot.
 	ItemsAvailable int
-	// ActiveLeases is MaxSize minus the free permits: leased items, plus
-	// creations and destructions in progress.
+	// ActiveLeases is the permits held, less those of items parked in
+	// slots: leased items, plus creations and destructions in progress.
+	// Items move in and out of the slots without a lock, so the split
+	// between ActiveLeases and ItemsAvailable is a moment's estimate;
+	// their sum is exact.
 	ActiveLeases int
 	// QueuedLeases is the number of leases waiting for a permit now.
 	QueuedLeases int
