@@ -99,7 +99,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		_, ok := g.acquireLocked() // the lease looks: no permit, nothing idle
 		require.False(t, ok)
 		require.True(t, s.e.CompareAndSwap(nil, e)) // the release parks ...
-		g.enqueueLocked(w)                           // ... as the lease queues
+		g.enqueueLocked(w)                          // ... as the lease queues
 		g.unlock()
 		assert.True(t, g.slots.confirm(s, e), "the release finds its item gone: nothing left to do")
 		assert.Same(t, e, rgGranted(t, w), "queueing stole the parked item for the waiter")
