@@ -37,7 +37,7 @@ type gate[T any] struct {
 	held   int // permits held, including those of entries parked in slots
 	closed bool
 	idle   idleQueue[T]
-	// fastLeases counts the leases that acquireFast completed: counting
+	// fastLeases counts the leases that acquire completed: counting
 	// them here, under the lock already held, saves an atomic add on a
 	// cache line of its own (measured: about 12 % of a sequential
 	// lease+release).
@@ -131,22 +131,38 @@ func (g *gate[T]) unlock() {
 	}
 }
 
-// acquireFast takes a permit and the oldest idle entry (nil when none is
-// idle) without waiting. ok is false when the pool is closed, every permit
-// is held, or others already wait: the queue is FIFO, so a newcomer never
-// overtakes it. final says that an idle entry completes the lease, which
-// acquireFast then counts in fastLeases.
-func (g *gate[T]) acquireFast(final bool) (e *entry[T], ok bool, closed bool) {
+// acquire takes a permit and the oldest idle entry (nil when none is idle)
+// without waiting; final says that an idle entry completes the lease, which
+// acquire then counts in fastLeases. When no permit is free, or others
+// already wait (the queue is FIFO: a newcomer never overtakes it), and
+// queue is not nil, it queues the caller in the same critical section and
+// returns its waiter, for await; unless queue is already done, when err is
+// queue.Err(). err is ErrClosed on a closed gate. With queue nil, a lease
+// that cannot go on at once gets neither a permit nor a waiter.
+func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], ok bool, w *waiter[T], err error) {
 	g.mu.Lock()
-	if !g.closed {
-		e, ok = g.acquireLocked()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, false, nil, ErrClosed
+	}
+	if e, ok = g.acquireLocked(); ok || queue == nil {
 		if final && e != nil {
 			g.fastLeases++
 		}
+		g.mu.Unlock()
+		return e, ok, nil, nil
 	}
-	closed = g.closed
-	g.mu.Unlock()
-	return e, ok, closed
+	if err = queue.Err(); err != nil {
+		g.mu.Unlock()
+		return nil, false, nil, err // already given up: don't queue
+	}
+	w, _ = g.spare.Get().(*waiter[T])
+	if w == nil {
+		w = &waiter[T]{ready: make(chan struct{}, 1)}
+	}
+	g.enqueueLocked(w)
+	g.unlock()
+	return nil, false, w, nil
 }
 
 // acquireLocked takes a permit with an idle entry, when nobody queues: the
@@ -184,34 +200,14 @@ func (g *gate[T]) setBypass() (cameOn bool) {
 	return on
 }
 
-// wait queues for a permit until one is granted, ctx ends, timeout (if
-// positive) elapses, or the gate closes. On success the caller holds a
-// permit and, when e is not nil, the item that came with it. queued reports
-// that the caller did queue (a permit may have come free since acquireFast
-// looked), and waited for how long. expired reports that the timeout, not
-// ctx, ended the wait. On error e is nil but in one case (see leave): an
-// item granted as the caller gave up, on a gate that closed meanwhile; the
+// await waits, for w that acquire queued, until a permit is granted, ctx
+// ends, timeout (if positive) elapses, or the gate closes. On success the
+// caller holds a permit and, when e is not nil, the item that came with it.
+// waited says for how long it waited; expired, that the timeout, not ctx,
+// ended the wait. On error e is nil but in one case (see leave): an item
+// granted as the caller gave up, on a gate that closed meanwhile; the
 // caller holds its permit and must destroy it.
-func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T], queued bool, waited time.Duration, expired bool, err error) {
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return nil, false, 0, false, ErrClosed
-	}
-	if e, ok := g.acquireLocked(); ok {
-		g.mu.Unlock()
-		return e, false, 0, false, nil
-	}
-	if err := ctx.Err(); err != nil {
-		g.mu.Unlock()
-		return nil, false, 0, false, err // already given up: don't queue
-	}
-	w, _ := g.spare.Get().(*waiter[T])
-	if w == nil {
-		w = &waiter[T]{ready: make(chan struct{}, 1)}
-	}
-	g.enqueueLocked(w)
-	g.unlock()
+func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration) (e *entry[T], waited time.Duration, expired bool, err error) {
 	start := monotime() // outside the lock: this clock is slow on some VMs
 
 	var timerC <-chan time.Time
@@ -255,7 +251,7 @@ func (g *gate[T]) wait(ctx context.Context, timeout time.Duration) (e *entry[T],
 	}
 	w.e, w.err, w.granted = nil, nil, false
 	g.spare.Put(w)
-	return e, true, time.Duration(monotime() - start), expired, err
+	return e, time.Duration(monotime() - start), expired, err
 }
 
 // enqueueLocked queues w. When w is the first waiter, the slots' bypass

@@ -229,42 +229,47 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 		procUnpin()
 		if e := s.e.Swap(nil); e != nil {
 			if p.judge {
-				return p.leaseSlow(ctx, e, true, false, wait)
+				return p.leaseSlow(ctx, e, true, nil, nil)
 			}
 			s.leases.Add(1)
 			return Lease[T]{e: e, gen: e.gen.Load()}, nil
 		}
 	}
-	// The next fastest: an idle item from the gate.
-	e, ok, closed := p.g.acquireFast(!p.judge)
+	// The next fastest: an idle item from the gate, in the critical
+	// section that queues the lease when no permit is free.
+	var queue context.Context
+	if wait {
+		queue = ctx
+	}
+	e, ok, w, err := p.g.acquire(!p.judge, queue)
 	if ok && e != nil && !p.judge {
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
-	return p.leaseSlow(ctx, e, ok, closed, wait)
+	return p.leaseSlow(ctx, e, ok, w, err)
 }
 
 // leaseSlow finishes a lease that the fast path could not: it waits for a
-// permit unless ok says one is held, then obtains an item, starting with e.
-func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok, closed, wait bool) (Lease[T], error) {
-	if closed {
-		return Lease[T]{}, ErrClosed
-	}
-	if !ok {
-		if !wait {
-			return Lease[T]{}, p.errExhausted
-		}
-		var queued, expired bool
+// permit unless ok says one is held (with e, when not nil), then obtains an
+// item. w is the waiter that acquire queued, err its refusal.
+func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter[T], err error) (Lease[T], error) {
+	switch {
+	case err == ErrClosed:
+		return Lease[T]{}, err
+	case err != nil: // ctx had ended before the lease could queue
+		p.c.canceled.Add(1)
+		return Lease[T]{}, err
+	case !ok && w == nil:
+		return Lease[T]{}, p.errExhausted
+	case !ok:
 		var waited time.Duration
-		var err error
-		e, queued, waited, expired, err = p.g.wait(ctx, p.opts.LeaseTimeout)
+		var expired bool
+		e, waited, expired, err = p.g.await(ctx, w, p.opts.LeaseTimeout)
 		if err != nil && e != nil {
 			p.destroyAndFree(e, reasonClose) // stranded by Close as we gave up
 		}
-		if queued {
-			s := p.g.slots.mine()
-			s.waits.Add(1)
-			s.waitTime.Add(int64(waited))
-		}
+		s := p.g.slots.mine()
+		s.waits.Add(1)
+		s.waitTime.Add(int64(waited))
 		switch {
 		case err == nil:
 		case expired:
@@ -277,7 +282,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok, closed, wait b
 			return Lease[T]{}, err
 		}
 	}
-	e, err := p.obtain(ctx, e)
+	e, err = p.obtain(ctx, e)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			p.c.canceled.Add(1)

@@ -84,10 +84,11 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 	t.Run("parked before the lease looked: taken without queueing", func(t *testing.T) {
 		g, e := rgGate()
 		require.True(t, g.slots.park(e))
-		got, queued, _, _, err := g.wait(context.Background(), 0)
+		got, ok, w, err := g.acquire(true, context.Background())
 		require.NoError(t, err)
+		require.True(t, ok)
 		assert.Same(t, e, got, "the lease found it in the slot")
-		assert.False(t, queued)
+		assert.Nil(t, w, "without queueing")
 		assert.Equal(t, 1, g.held, "the permit came with the item")
 	})
 
