@@ -197,3 +197,56 @@ func BenchmarkCreate(b *testing.B) {
 	}
 	assert.Equal(b, uint64(b.N), p.Stats().Created-before, "a lease did not create")
 }
+
+// BenchmarkLeaseReleaseObserved measures what observability costs a
+// sequential lease and release of an idle item: nothing configured (leak
+// detection is always on), metrics on a real SDK provider, and
+// TrackLeaseSites, which reads the clock and the caller's stack on every
+// lease.
+func BenchmarkLeaseReleaseObserved(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts func(b *testing.B) Options[*conn]
+	}{
+		{"nil-provider", func(*testing.B) Options[*conn] { return Options[*conn]{} }},
+		{"sdk", bnSDK},
+		{"leak-sites", bnSites},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			opts := bc.opts(b)
+			opts.MinSize, opts.MaxSize = 16, 16
+			p, done := bnPool(b, opts)
+			defer done()
+			bnSequential(b, p)
+		})
+	}
+	// runtime.Callers walks the stack up to the 32 frames a site keeps:
+	// from deep in a program a lease costs more than from a benchmark.
+	b.Run("leak-sites-deep", func(b *testing.B) {
+		opts := bnSites(b)
+		opts.MinSize, opts.MaxSize = 16, 16
+		p, done := bnPool(b, opts)
+		defer done()
+		bnAtDepth(40, func() { bnSequential(b, p) })
+	})
+}
+
+func bnSites(*testing.B) Options[*conn] { return Options[*conn]{TrackLeaseSites: true} }
+
+// bnAtDepth calls f n frames deeper than its caller.
+//
+//go:noinline
+func bnAtDepth(n int, f func()) {
+	if n == 0 {
+		f()
+		return
+	}
+	bnAtDepth(n-1, f)
+}
+
+// bnSDK returns Options with an SDK meter provider, read by a ManualReader
+// that the benchmark never collects: what a lease records is what it costs.
+func bnSDK(b *testing.B) Options[*conn] {
+	mp, _ := mtProvider(b)
+	return Options[*conn]{MeterProvider: mp}
+}

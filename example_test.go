@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/msl-armory/pool"
@@ -217,4 +219,46 @@ func ExampleOptions_UnmarshalJSON() {
 	}
 	fmt.Println(opts.Name, opts.MaxSize, opts.LeaseTimeout, opts.IdleTimeout)
 	// Output: mail 4 2s 5m0s
+}
+
+// exForget takes a lease and never ends it: a leak.
+func exForget(p *pool.Pool[*exConn]) {
+	l, err := p.Lease(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = l.Value().Send("and then forgot to release")
+}
+
+func ExampleOptions_onLeak() {
+	leaks := make(chan pool.LeakReport, 1)
+	p, err := pool.New[*exConn](context.Background(), &exServer{}, pool.Options[*exConn]{
+		Name:            "mail",
+		OnLeak:          func(r pool.LeakReport) { leaks <- r },
+		TrackLeaseSites: true, // for the stack in the report
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	exForget(p)
+
+	// The garbage collector finds the leaked lease. A service lets it run
+	// on its own; here it is prompted, until the report comes.
+	var r pool.LeakReport
+	for deadline := time.Now().Add(10 * time.Second); r.Pool == "" && time.Now().Before(deadline); {
+		runtime.GC()
+		select {
+		case r = <-leaks:
+		case <-time.After(time.Millisecond):
+		}
+	}
+	taker, _, _ := strings.Cut(r.Stack, "\n")
+	fmt.Printf("pool %s: a lease leaked, taken by %s\n", r.Pool, taker)
+	fmt.Println("leaked:", p.Stats().Leaked)
+	// Output:
+	// conn 1: and then forgot to release
+	// pool mail: a lease leaked, taken by github.com/msl-armory/pool_test.exForget
+	// leaked: 1
 }

@@ -1,6 +1,16 @@
 package pool
 
-import "sync/atomic"
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"go.opentelemetry.io/otel/metric"
+)
 
 // entry is one item and the pool's bookkeeping for it. While the item is
 // idle the idle ring (a slot or the queue) references its entry; while it
@@ -25,6 +35,13 @@ type entry[T any] struct {
 	created int64 // clock at the end of creation, for MaxLifetime
 	idleAt  int64 // clock at the last release, for IdleTimeout and CheckAfterIdle
 	checked bool  // the Preparer has accepted the item at least once
+
+	// cleanup reports the entry leaked when the garbage collector finds it
+	// unreachable; destroying or detaching the item stops it first. site,
+	// with TrackLeaseSites, is where the current lease was taken; the
+	// cleanup reads it. Both are set at creation: see leak detection below.
+	cleanup runtime.Cleanup
+	site    *leakSite
 }
 
 // Lease is a leased item: the right to use Value until the lease ends with
@@ -85,4 +102,159 @@ func (l Lease[T]) Detach() T {
 		panic("pool: Lease.Detach called after the lease ended (Release, Discard or Detach), or on a zero Lease")
 	}
 	return l.e.pool.detach(l.e)
+}
+
+// # Leak detection
+//
+// The pool keeps no reference to a leased entry (see entry), so a lease
+// dropped without Release, Discard or Detach leaves its entry unreachable.
+// Each entry gets one runtime.AddCleanup at creation, nothing per lease;
+// the cleanup runs once the garbage collector finds the entry unreachable,
+// which happens in three cases:
+//
+//  1. A leaked lease: report it.
+//  2. The item was destroyed or detached: destroyItem and detach stop the
+//     cleanup first, so it never runs.
+//  3. The pool itself was dropped without Close, and with it the idle ring
+//     and the idle entries in it: not a leak, report nothing.
+//
+// The cleanup's argument, a leakArg, must reach neither the entry (or the
+// entry would never become unreachable: the runtime keeps the argument
+// alive as a root) nor the pool (the pool reaches its idle entries, so it
+// could never be collected either). It reaches the pool's leakSink, which
+// refers to the pool only through a weak pointer, and the entry's leakSite.
+//
+// Telling 1 from 3: an idle entry is reachable from its pool, so an idle
+// entry dies with its pool, in the same cycle or later, never earlier. The
+// runtime clears a weak pointer when it sweeps the dead object's span, and
+// weak.Pointer.Value sweeps that span first if it has not been swept yet
+// (runtime.makeStrongFromWeak calls ensureSwept): so a cleanup that runs
+// for an entry that died with its pool always sees the weak pointer nil.
+// When Value returns the pool, the pool is alive and the entry was not idle
+// in it: a leaked lease. (A lease leaked from a pool that was itself
+// dropped is not reported: nobody can use that pool any more.)
+//
+// The race detector sees the cleanup goroutine as synchronized with
+// everything before it (runtime.runCleanups calls racefingo), which is what
+// makes reading the site, written by the last Lease without atomics, sound;
+// in the Go memory model the entry's unreachability orders the two.
+
+// LeakReport describes a leaked lease: one that became unreachable without
+// Release, Discard or Detach. Options.OnLeak receives it.
+type LeakReport struct {
+	// Pool is the pool's Name.
+	Pool string
+	// Age is how long the lease had been out when the garbage collector
+	// found it; 0 unless Options.TrackLeaseSites is on.
+	Age time.Duration
+	// Stack is the stack of the Lease (or TryLease) call that took the
+	// lease, innermost first, one "function\n\tfile:line" per frame; ""
+	// unless Options.TrackLeaseSites is on.
+	Stack string
+}
+
+// leakSink is a pool's share of leak detection: what the cleanups of its
+// entries reach. It refers to the pool only weakly, through alive. It is not
+// generic, so that leakFound is a plain function: a generic one would cost
+// every creation one more allocation, for its dictionary.
+type leakSink struct {
+	alive  func() bool // the pool has not been collected: see newLeakSink
+	name   string
+	onLeak func(LeakReport)
+	leaked atomic.Uint64 // Stats.Leaked
+
+	counter metric.Int64Counter // pool.leases.leaked; nil without metrics
+	add     []metric.AddOption
+}
+
+// leakStackDepth bounds the frames a leakSite records.
+const leakStackDepth = 32
+
+// leakSite is where an entry's current lease was taken, written by each
+// Lease when TrackLeaseSites is on. It is made with the entry, so a lease
+// allocates nothing; only the lease holder writes it, only the cleanup
+// (once the entry is unreachable) reads it.
+type leakSite struct {
+	at  int64 // monotime at the lease
+	n   int   // pcs in use
+	pcs [leakStackDepth]uintptr
+}
+
+// newLeakSink returns the leak sink of the pool p, holding p weakly.
+func newLeakSink[T any](p *Pool[T]) *leakSink {
+	wp := weak.Make(p)
+	return &leakSink{
+		alive:  func() bool { return wp.Value() != nil },
+		name:   p.opts.Name,
+		onLeak: p.opts.OnLeak,
+	}
+}
+
+// leakArg is the argument of an entry's cleanup.
+type leakArg struct {
+	sink *leakSink
+	site *leakSite // nil without TrackLeaseSites
+}
+
+// watch registers e's cleanup. Called once, at creation.
+func watch[T any](s *leakSink, e *entry[T], trackSite bool) {
+	if trackSite {
+		e.site = new(leakSite)
+	}
+	e.cleanup = runtime.AddCleanup(e, leakFound, leakArg{sink: s, site: e.site})
+}
+
+// leakSiteSkip makes runtime.Callers start at the caller of Lease or
+// TryLease: it skips Callers, recordSite, leaseSlow, lease and Lease.
+// TestLeakReportNamesTheLeasingFunction checks it.
+const leakSiteSkip = 5
+
+// recordSite notes when and where the lease of e was taken.
+func recordSite[T any](e *entry[T]) {
+	e.site.at = monotime()
+	e.site.n = runtime.Callers(leakSiteSkip, e.site.pcs[:])
+}
+
+// leakFound is the cleanup of an entry: it runs on the runtime's cleanup
+// goroutine once the entry is unreachable, and counts and reports a leak
+// unless the pool is gone too (see above). OnLeak runs on a goroutine of
+// its own, so a slow or blocking OnLeak holds up no other cleanup. The
+// permit of the leaked lease stays held: the item may still be in use.
+func leakFound(a leakArg) {
+	if !a.sink.alive() {
+		return
+	}
+	a.sink.leaked.Add(1)
+	if a.sink.counter != nil {
+		a.sink.counter.Add(context.Background(), 1, a.sink.add...)
+	}
+	if a.sink.onLeak != nil {
+		go a.sink.report(a.site)
+	}
+}
+
+// report builds the LeakReport of a leaked lease and calls OnLeak.
+func (s *leakSink) report(site *leakSite) {
+	r := LeakReport{Pool: s.name}
+	if site != nil && site.n > 0 {
+		r.Age = time.Duration(monotime() - site.at)
+		r.Stack = formatStack(site.pcs[:site.n])
+	}
+	s.onLeak(r)
+}
+
+// formatStack writes one "function\n\tfile:line\n" per frame.
+func formatStack(pcs []uintptr) string {
+	var b strings.Builder
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if f.Function != "" {
+			fmt.Fprintf(&b, "%s\n\t%s:%d\n", f.Function, f.File, f.Line)
+		}
+		if !more {
+			break
+		}
+	}
+	return b.String()
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // DefaultMaxSize is the MaxSize a pool gets when Options.MaxSize is 0.
@@ -70,6 +72,32 @@ type Options[T any] struct {
 	// Destroy disposes of an item the pool lets go of. nil: Close() when the
 	// item is an io.Closer, nothing otherwise.
 	Destroy func(item T) error `json:"-"`
+
+	// MeterProvider receives the pool's OpenTelemetry instruments (see the
+	// README's Metrics section), under the instrumentation scope
+	// "github.com/msl-armory/pool" and the attribute pool.name. nil (or a
+	// no-op provider): nothing is registered and nothing recorded. A lease
+	// and release of an idle item records nothing either way: the gauges
+	// are observed when the provider collects.
+	MeterProvider metric.MeterProvider `json:"-"`
+
+	// OnLeak is called, on a goroutine of its own, for every leaked lease
+	// the garbage collector finds: one that became unreachable without
+	// Release, Discard or Detach. It must not refer to the pool, or a pool
+	// dropped without Close could never be collected. Leaks are counted in
+	// Stats.Leaked (and pool.leases.leaked) whether OnLeak is set or not.
+	// nil: count only.
+	OnLeak func(LeakReport) `json:"-"`
+
+	// TrackLeaseSites records, on every lease, when and where (the stack of
+	// the Lease call, up to 32 frames) it was taken, so that a LeakReport
+	// can say. Off, leak detection costs nothing per lease. On, every lease
+	// takes the slow path and calls runtime.Callers: a lease and release
+	// cost about ten times as much (0.35 µs from a shallow stack, 1.1 µs
+	// from 40 frames deep, against 35 ns; BenchmarkLeaseReleaseObserved),
+	// and each item about 300 bytes more; still no allocation per lease. For
+	// tests, debugging, or a service hunting a leak.
+	TrackLeaseSites bool
 }
 
 // withDefaults returns o with the defaults filled in and checks the result.
@@ -188,6 +216,7 @@ type optionsJSON struct {
 	IdleTimeout        duration `json:"IdleTimeout"`
 	MaxLifetime        duration `json:"MaxLifetime"`
 	CheckAfterIdle     duration `json:"CheckAfterIdle"`
+	TrackLeaseSites    bool     `json:"TrackLeaseSites"`
 }
 
 // optionsInput is what UnmarshalJSON reads: pointers and raw durations, so
@@ -202,6 +231,7 @@ type optionsInput struct {
 	IdleTimeout        json.RawMessage
 	MaxLifetime        json.RawMessage
 	CheckAfterIdle     json.RawMessage
+	TrackLeaseSites    *bool
 }
 
 // UnmarshalJSON decodes o from a JSON object keyed by the field names
@@ -256,6 +286,9 @@ func (o *Options[T]) UnmarshalJSON(data []byte) error {
 	if in.MaxSize != nil {
 		next.MaxSize = *in.MaxSize
 	}
+	if in.TrackLeaseSites != nil {
+		next.TrackLeaseSites = *in.TrackLeaseSites
+	}
 	*o = next
 	return nil
 }
@@ -273,5 +306,6 @@ func (o Options[T]) MarshalJSON() ([]byte, error) {
 		IdleTimeout:        duration(o.IdleTimeout),
 		MaxLifetime:        duration(o.MaxLifetime),
 		CheckAfterIdle:     duration(o.CheckAfterIdle),
+		TrackLeaseSites:    o.TrackLeaseSites,
 	})
 }

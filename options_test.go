@@ -257,6 +257,7 @@ type optConfigurable struct {
 	MinSize, MaxSize                                int
 	LeaseTimeout, PreparationTimeout, CreateTimeout time.Duration
 	IdleTimeout, MaxLifetime, CheckAfterIdle        time.Duration
+	TrackLeaseSites                                 bool
 }
 
 func optConfig(o Options[*conn]) optConfigurable {
@@ -264,6 +265,7 @@ func optConfig(o Options[*conn]) optConfigurable {
 		o.Name, o.MinSize, o.MaxSize,
 		o.LeaseTimeout, o.PreparationTimeout, o.CreateTimeout,
 		o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle,
+		o.TrackLeaseSites,
 	}
 }
 
@@ -272,6 +274,7 @@ var optFull = Options[*conn]{
 	Name: "full", MinSize: 2, MaxSize: 9,
 	LeaseTimeout: 1 * time.Second, PreparationTimeout: 2 * time.Second, CreateTimeout: 3 * time.Second,
 	IdleTimeout: 4 * time.Minute, MaxLifetime: 5 * time.Hour, CheckAfterIdle: 6 * time.Millisecond,
+	TrackLeaseSites: true,
 }
 
 func TestOptionsUnmarshalJSON(t *testing.T) {
@@ -286,8 +289,8 @@ func TestOptionsUnmarshalJSON(t *testing.T) {
 		}},
 		{"every field, durations as strings", Options[*conn]{}, `{"Name": "p", "MinSize": 1, "MaxSize": 2,
 			"LeaseTimeout": "1s", "PreparationTimeout": "1.5s", "CreateTimeout": "2m",
-			"IdleTimeout": "1h30m", "MaxLifetime": "24h", "CheckAfterIdle": "250ms"}`, func(o *Options[*conn]) {
-			o.Name, o.MinSize, o.MaxSize = "p", 1, 2
+			"IdleTimeout": "1h30m", "MaxLifetime": "24h", "CheckAfterIdle": "250ms", "TrackLeaseSites": true}`, func(o *Options[*conn]) {
+			o.Name, o.MinSize, o.MaxSize, o.TrackLeaseSites = "p", 1, 2, true
 			o.LeaseTimeout, o.PreparationTimeout, o.CreateTimeout = time.Second, 1500*time.Millisecond, 2*time.Minute
 			o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle = 90*time.Minute, 24*time.Hour, 250*time.Millisecond
 		}},
@@ -305,15 +308,16 @@ func TestOptionsUnmarshalJSON(t *testing.T) {
 		}},
 		{"null leaves every field as it was", optFull, `{"Name": null, "MinSize": null, "MaxSize": null,
 			"LeaseTimeout": null, "PreparationTimeout": null, "CreateTimeout": null,
-			"IdleTimeout": null, "MaxLifetime": null, "CheckAfterIdle": null}`, func(*Options[*conn]) {}},
+			"IdleTimeout": null, "MaxLifetime": null, "CheckAfterIdle": null, "TrackLeaseSites": null}`, func(*Options[*conn]) {}},
 		{"absent keys leave their fields as they were", optFull, `{"MinSize": 3}`, func(o *Options[*conn]) { o.MinSize = 3 }},
 		{"empty object changes nothing", optFull, `{}`, func(*Options[*conn]) {}},
 		{"null document changes nothing", optFull, `null`, func(*Options[*conn]) {}},
-		{"explicit zero overrides", optFull, `{"LeaseTimeout": 0, "IdleTimeout": "0s", "MinSize": 0, "Name": ""}`, func(o *Options[*conn]) {
-			o.LeaseTimeout, o.IdleTimeout, o.MinSize, o.Name = 0, 0, 0, ""
+		{"explicit zero overrides", optFull, `{"LeaseTimeout": 0, "IdleTimeout": "0s", "MinSize": 0, "Name": "", "TrackLeaseSites": false}`, func(o *Options[*conn]) {
+			o.LeaseTimeout, o.IdleTimeout, o.MinSize, o.Name, o.TrackLeaseSites = 0, 0, 0, "", false
 		}},
 		{"negative duration decodes (New refuses it)", Options[*conn]{}, `{"IdleTimeout": "-1m"}`, func(o *Options[*conn]) { o.IdleTimeout = -time.Minute }},
-		{"keys of code-only fields are ignored", optFull, `{"Preparer": {"x": 1}, "Reset": "r", "Destroy": 5}`, func(*Options[*conn]) {}},
+		{"keys of code-only fields are ignored", optFull, `{"Preparer": {"x": 1}, "Reset": "r", "Destroy": 5,
+			"MeterProvider": {"x": 1}, "OnLeak": "f"}`, func(*Options[*conn]) {}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -379,6 +383,7 @@ func TestOptionsUnmarshalJSONRejectsInvalidDurations(t *testing.T) {
 		{"boolean", `{"CreateTimeout": true}`, "CreateTimeout", "true"},
 		{"object", `{"CheckAfterIdle": {}}`, "CheckAfterIdle", "{}"},
 		{"string for a number", `{"MaxSize": "ten"}`, "MaxSize", "string"},
+		{"string for a bool", `{"TrackLeaseSites": "yes"}`, "TrackLeaseSites", "string"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"reflect"
 	"sync/atomic"
 	"time"
+	"weak"
 )
 
 // Pool is a bounded pool of items of type T. It is safe for use by many
@@ -36,7 +37,10 @@ type Pool[T any] struct {
 
 	// judge: a lease must look at an idle item before handing it out
 	// (expiry or preparation). stamp: a release must read the clock.
-	judge, stamp bool
+	// sites: each lease records where it was taken (TrackLeaseSites).
+	// plain: neither judge nor sites, so an idle item from a slot or the
+	// gate completes a lease as it is: the fast path.
+	judge, stamp, sites, plain bool
 
 	epoch int64        // monotime at New
 	clock func() int64 // test hook: nanoseconds since epoch; nil: the real clock
@@ -45,6 +49,9 @@ type Pool[T any] struct {
 	cancel context.CancelFunc
 
 	c counters
+
+	m     *metrics  // nil without a MeterProvider: see metrics.go
+	leaks *leakSink // what the entries' cleanups reach: see lease.go
 
 	errExhausted error // made once: a failing TryLease allocates nothing
 }
@@ -103,6 +110,11 @@ type Stats struct {
 	// IdleTimeout and MaxLifetime; PrepareFailed, items destroyed because
 	// IsReady or Prepare failed or timed out.
 	IdleExpired, LifetimeExpired, PrepareFailed uint64
+
+	// Leaked counts the leaked leases the garbage collector has found: ones
+	// that became unreachable without Release, Discard or Detach. A leaked
+	// lease keeps its permit, so it still counts in ActiveLeases.
+	Leaked uint64
 }
 
 // Why an item is destroyed.
@@ -131,16 +143,27 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	if err != nil {
 		return nil, err
 	}
+	m, err := newMetrics(opts.MeterProvider, opts.Name)
+	if err != nil {
+		return nil, err
+	}
 	p := &Pool[T]{
 		factory: f,
 		opts:    opts,
 		destroy: opts.Destroy,
 		judge:   opts.Preparer != nil || opts.IdleTimeout > 0 || opts.MaxLifetime > 0,
 		stamp:   opts.IdleTimeout > 0 || opts.MaxLifetime > 0 || opts.Preparer != nil && opts.CheckAfterIdle > 0,
+		sites:   opts.TrackLeaseSites,
 		epoch:   monotime(),
+		m:       m,
 	}
+	p.plain = !p.judge && !p.sites
 	if p.destroy == nil {
 		p.destroy = closeItem[T]
+	}
+	p.leaks = newLeakSink(p)
+	if m != nil {
+		p.leaks.counter, p.leaks.add = m.leaked, m.add
 	}
 	p.g.size = opts.MaxSize
 	p.g.slots.init()
@@ -149,6 +172,13 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	if err := p.seed(ctx); err != nil {
 		p.cancel()
 		return nil, err
+	}
+	if m != nil {
+		// After seeding: the callback reads Stats, and seed fills the idle
+		// queue without the gate's lock.
+		if err := registerGauges(m, weak.Make(p)); err != nil {
+			return nil, errors.Join(err, p.Close())
+		}
 	}
 	return p, nil
 }
@@ -228,7 +258,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 		s := &r.s[procPin()&r.mask]
 		procUnpin()
 		if e := s.e.Swap(nil); e != nil {
-			if p.judge {
+			if !p.plain {
 				return p.leaseSlow(ctx, e, true, nil, nil)
 			}
 			s.leases.Add(1)
@@ -241,8 +271,8 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 	if wait {
 		queue = ctx
 	}
-	e, ok, w, err := p.g.acquire(!p.judge, queue)
-	if ok && e != nil && !p.judge {
+	e, ok, w, err := p.g.acquire(p.plain, queue)
+	if ok && e != nil && p.plain {
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
 	return p.leaseSlow(ctx, e, ok, w, err)
@@ -252,16 +282,19 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 // permit unless ok says one is held (with e, when not nil), then obtains an
 // item. w is the waiter that acquire queued, err its refusal.
 func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter[T], err error) (Lease[T], error) {
+	var waited time.Duration
 	switch {
 	case err == ErrClosed:
+		p.leaseFailed(ctx, errClosed)
 		return Lease[T]{}, err
 	case err != nil: // ctx had ended before the lease could queue
 		p.c.canceled.Add(1)
+		p.leaseFailed(ctx, errCanceled)
 		return Lease[T]{}, err
 	case !ok && w == nil:
+		p.leaseFailed(ctx, errExhausted)
 		return Lease[T]{}, p.errExhausted
 	case !ok:
-		var waited time.Duration
 		var expired bool
 		e, waited, expired, err = p.g.await(ctx, w, p.opts.LeaseTimeout)
 		if err != nil && e != nil {
@@ -274,30 +307,52 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 		case err == nil:
 		case expired:
 			p.c.timeouts.Add(1)
+			p.leaseFailed(ctx, errTimeout)
 			return Lease[T]{}, fmt.Errorf("%w: pool %q: every item stayed leased (MaxSize %d) for %v", ErrLeaseTimeout, p.opts.Name, p.opts.MaxSize, waited.Round(time.Millisecond))
 		case err == ErrClosed:
+			p.leaseFailed(ctx, errClosed)
 			return Lease[T]{}, err
 		default:
 			p.c.canceled.Add(1)
+			p.leaseFailed(ctx, errCanceled)
 			return Lease[T]{}, err
 		}
 	}
-	e, err = p.obtain(ctx, e)
+	e, failed, err := p.obtain(ctx, e)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			p.c.canceled.Add(1)
+			failed = errCanceled
+		} else if errors.Is(err, ErrClosed) {
+			failed = errClosed // a creation that Close canceled
 		}
+		p.leaseFailed(ctx, failed)
 		return Lease[T]{}, err
 	}
 	p.g.slots.mine().leases.Add(1)
+	if p.m != nil && w != nil {
+		p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
+	}
+	if p.sites {
+		recordSite(e)
+	}
 	return Lease[T]{e: e, gen: e.gen.Load()}, nil
+}
+
+// leaseFailed counts a failed lease in pool.lease.errors.
+func (p *Pool[T]) leaseFailed(ctx context.Context, t errType) {
+	if p.m != nil {
+		p.m.leaseFailed(ctx, t)
+	}
 }
 
 // obtain turns a held permit into a ready item: e (an item that came with
 // the permit) or the idle items, oldest first, judged against one clock
 // read; else a fresh one. On error, and when user code panics, the permit
-// is returned and any item in hand destroyed.
-func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], err error) {
+// is returned and any item in hand destroyed; failed says which step
+// failed, for pool.lease.errors (the caller tells a ctx that ended, or a
+// Close, from the factory's or the Preparer's own failure).
+func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed errType, err error) {
 	done := false
 	defer func() {
 		if !done { // an error, or a panic on its way to the caller
@@ -320,7 +375,7 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], err err
 		}
 		if !p.judge {
 			done = true
-			return e, nil
+			return e, 0, nil
 		}
 		if !clockRead && p.stamp {
 			now, clockRead = p.now(), true
@@ -331,7 +386,7 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], err err
 				// Gave up before the check: the item is as good as it was.
 				done = true
 				p.putBack(e)
-				return nil, err
+				return nil, errCanceled, err
 			}
 			if err = p.prepare(ctx, e); err != nil {
 				why, expired = reasonPrepare, true
@@ -339,13 +394,13 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], err err
 		}
 		if !expired {
 			done = true
-			return e, nil
+			return e, 0, nil
 		}
 		victim := e
 		e = nil
 		p.destroyItem(victim, why)
 		if err != nil && ctx.Err() != nil {
-			return nil, ctx.Err() // the caller gave up: don't try the next one
+			return nil, errCanceled, ctx.Err() // the caller gave up: don't try the next one
 		}
 		err = nil
 	}
@@ -353,18 +408,18 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], err err
 	var abandonedIt bool
 	if e, abandonedIt, err = p.create(ctx); err != nil {
 		done = abandonedIt // the permit went with the creation
-		return nil, err
+		return nil, errCreate, err
 	}
 	if p.opts.Preparer != nil {
 		if err = p.prepare(ctx, e); err != nil {
 			victim := e
 			e = nil
 			p.destroyItem(victim, reasonPrepare)
-			return nil, err
+			return nil, errPrepare, err
 		}
 	}
 	done = true
-	return e, nil
+	return e, 0, nil
 }
 
 // expired says whether an idle item has outlived MaxLifetime or IdleTimeout.
@@ -388,6 +443,10 @@ func (p *Pool[T]) needsCheck(e *entry[T], now int64) bool {
 // prepare runs IsReady and, when the item is not ready, Prepare, within
 // PreparationTimeout.
 func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
+	if p.m != nil {
+		start := p.now()
+		defer func() { p.m.prepTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
+	}
 	pctx := ctx
 	if p.opts.PreparationTimeout > 0 {
 		var cancel context.CancelFunc
@@ -400,6 +459,9 @@ func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
 	}
 	if err != nil {
 		p.c.prepareFail.Add(1)
+		if p.m != nil {
+			p.m.prepErrors.Add(ctx, 1, p.m.add...)
+		}
 		if ctx.Err() == nil && pctx.Err() != nil {
 			return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)
 		}
@@ -505,15 +567,30 @@ func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
 	return e, err
 }
 
-// newEntry calls the factory and wraps its item.
+// newEntry calls the factory and wraps its item, watched for leaks.
 func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
-	v, err := p.factory.Create(ctx)
+	v, err := p.callFactory(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
 	}
 	p.c.created.Add(1)
+	if p.m != nil {
+		p.m.created.Add(ctx, 1, p.m.add...)
+	}
 	now := p.now()
-	return &entry[T]{value: v, pool: p, created: now, idleAt: now}, nil
+	e := &entry[T]{value: v, pool: p, created: now, idleAt: now}
+	watch(p.leaks, e, p.sites)
+	return e, nil
+}
+
+// callFactory makes one factory call, timed in pool.items.create_time when
+// there are metrics, also when it fails or panics.
+func (p *Pool[T]) callFactory(ctx context.Context) (T, error) {
+	if p.m != nil {
+		start := p.now()
+		defer func() { p.m.createTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
+	}
+	return p.factory.Create(ctx)
 }
 
 // release takes back the item of a lease that Release ended.
@@ -570,6 +647,7 @@ func (p *Pool[T]) toGate(e *entry[T]) {
 
 // detach takes the item of a lease that Detach ended out of the pool.
 func (p *Pool[T]) detach(e *entry[T]) T {
+	e.cleanup.Stop() // the entry is garbage from now on, not a leak
 	v := e.value
 	p.c.detached.Add(1)
 	p.g.passOn(nil)
@@ -578,7 +656,8 @@ func (p *Pool[T]) detach(e *entry[T]) T {
 
 // destroyItem disposes of an item and counts it, also when Destroy panics.
 func (p *Pool[T]) destroyItem(e *entry[T], why reason) error {
-	defer p.c.countDestroyed(why)
+	e.cleanup.Stop() // the entry is garbage from now on, not a leak
+	defer p.countDestroyed(why)
 	if err := p.destroy(e.value); err != nil {
 		return fmt.Errorf("pool %q: destroy item: %w", p.opts.Name, err)
 	}
@@ -617,14 +696,17 @@ func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
 	return errors.Join(errs...)
 }
 
-func (c *counters) countDestroyed(why reason) {
+func (p *Pool[T]) countDestroyed(why reason) {
 	switch why {
 	case reasonIdle:
-		c.idleExpired.Add(1)
+		p.c.idleExpired.Add(1)
 	case reasonLifetime:
-		c.lifetimeExpired.Add(1)
+		p.c.lifetimeExpired.Add(1)
 	}
-	c.destroyed.Add(1)
+	p.c.destroyed.Add(1)
+	if p.m != nil {
+		p.m.itemDestroyed(why)
+	}
 }
 
 // Clear destroys the idle items, then creates idle items until MinSize are
@@ -660,16 +742,22 @@ func (p *Pool[T]) refillOne() (more bool) {
 // Close closes the pool: new leases fail with ErrClosed, every waiter is
 // woken with ErrClosed, idle items are destroyed now and leased items when
 // they come back; creations in flight are canceled through their context.
-// It returns the joined errors of the destroys it ran. A lease already past
-// the gate may still succeed; its item is destroyed on release. Close is
-// idempotent: later calls do nothing and return nil.
+// The pool's gauges stop reporting; its counters and histograms go on
+// recording what the leases still out do. It returns the joined errors of
+// the destroys it ran. A lease already past the gate may still succeed; its
+// item is destroyed on release. Close is idempotent: later calls do nothing
+// and return nil.
 func (p *Pool[T]) Close() error {
 	es, first := p.g.close()
 	if !first {
 		return nil
 	}
 	p.cancel()
-	return p.destroyAll(es, reasonClose)
+	var unreg error
+	if p.m != nil {
+		unreg = p.m.unregister()
+	}
+	return errors.Join(p.destroyAll(es, reasonClose), unreg)
 }
 
 // Shutdown closes the pool, then waits until every lease has ended and every
@@ -709,5 +797,6 @@ func (p *Pool[T]) Stats() Stats {
 		IdleExpired:     p.c.idleExpired.Load(),
 		LifetimeExpired: p.c.lifetimeExpired.Load(),
 		PrepareFailed:   p.c.prepareFail.Load(),
+		Leaked:          p.leaks.leaked.Load(),
 	}
 }

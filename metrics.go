@@ -1,0 +1,196 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"weak"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// The OpenTelemetry instruments of a pool, on Options.MeterProvider. Every
+// measurement carries the attribute pool.name; durations are in seconds.
+//
+// Cost. Everything hangs off Pool.m, nil without a MeterProvider: then
+// nothing is registered and every hook below is behind a nil check that is
+// off the plain lease path altogether. With a provider, the plain lease and
+// release (an idle item, no look at it) record nothing either: the gauges
+// are observed in a callback that reads Stats, and the counts they need are
+// the ones the pool keeps anyway. That is why pool.lease.wait_time holds
+// only the leases that queued: a synchronous Record costs the SDK about
+// 130 ns, three times a whole lease and release, so recording a 0 for every
+// lease served without queueing would break the budget of 2× a lease and
+// release without metrics. pool.leases.granted (from Stats.Leases) counts
+// every successful lease, so the leases that waited 0 s are the difference.
+//
+// The attribute sets and option slices are made once, in New: a variadic
+// option passed to an interface method escapes, so a slice built at the
+// call would allocate on every measurement.
+
+// scopeName is the instrumentation scope: the module path.
+const scopeName = "github.com/msl-armory/pool"
+
+// errType is the error.type of pool.lease.errors.
+type errType int
+
+const (
+	errTimeout errType = iota
+	errCanceled
+	errClosed
+	errExhausted
+	errCreate
+	errPrepare
+	numErrTypes
+)
+
+var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhausted", "create", "prepare"}
+
+const numReasons = int(reasonClose) + 1
+
+var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "discard", "clear", "close"}
+
+// durationBuckets are the advisory bucket boundaries, in seconds, of the
+// duration histograms: from 100 µs (a lease that queued behind a quick
+// release) to 30 s (a dial that hit its timeout). A View can override them.
+var durationBuckets = []float64{0, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// metrics holds a pool's instruments and their precomputed options.
+type metrics struct {
+	waitTime, prepTime, createTime    metric.Float64Histogram
+	leaseErrors, prepErrors, created  metric.Int64Counter
+	destroyed, leaked                 metric.Int64Counter
+	allocated, available, active, que metric.Int64ObservableGauge
+	granted                           metric.Int64ObservableCounter
+	utilization                       metric.Float64ObservableGauge
+
+	rec       []metric.RecordOption  // pool.name
+	add       []metric.AddOption     // pool.name
+	obs       []metric.ObserveOption // pool.name
+	errAdd    [numErrTypes][]metric.AddOption
+	reasonAdd [numReasons][]metric.AddOption
+
+	meter metric.Meter
+	reg   metric.Registration // the gauges' callback; unregistered by Close
+}
+
+// newMetrics makes the instruments of the pool named name on mp, or returns
+// nil when mp is nil or a no-op provider: then the pool records nothing.
+func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
+	if mp == nil {
+		return nil, nil
+	}
+	if _, ok := mp.(noop.MeterProvider); ok {
+		return nil, nil
+	}
+	meter := mp.Meter(scopeName)
+	m := &metrics{meter: meter}
+	poolName := attribute.String("pool.name", name)
+	set := attribute.NewSet(poolName)
+	opt := metric.WithAttributeSet(set)
+	m.rec = []metric.RecordOption{opt}
+	m.add = []metric.AddOption{opt}
+	m.obs = []metric.ObserveOption{opt}
+	for i := range m.errAdd {
+		m.errAdd[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(poolName, attribute.String("error.type", errTypeNames[i])))}
+	}
+	for i := range m.reasonAdd {
+		m.reasonAdd[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(poolName, attribute.String("reason", reasonNames[i])))}
+	}
+
+	var errs []error
+	check := func(err error) { errs = append(errs, err) }
+	var err error
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		check(err)
+		return g
+	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		check(err)
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		check(err)
+		return h
+	}
+	m.allocated = gauge("pool.items.allocated", "{item}", "Items the pool accounts for: leased, idle, being created or destroyed.")
+	m.available = gauge("pool.items.available", "{item}", "Idle items.")
+	m.active = gauge("pool.leases.active", "{lease}", "Permits held by leases, creations and destructions.")
+	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for a permit.")
+	m.utilization, err = meter.Float64ObservableGauge("pool.utilization", metric.WithUnit("1"),
+		metric.WithDescription("pool.leases.active / pool.items.allocated; 0 when nothing is allocated."))
+	check(err)
+	m.granted, err = meter.Int64ObservableCounter("pool.leases.granted", metric.WithUnit("{lease}"),
+		metric.WithDescription("Successful leases."))
+	check(err)
+	m.waitTime = histogram("pool.lease.wait_time", "Time a successful lease queued for a permit; leases served without queueing are not recorded.")
+	m.leaseErrors = counter("pool.lease.errors", "{error}", "Failed leases, by error.type.")
+	m.prepTime = histogram("pool.preparation.time", "Time of IsReady plus Prepare on one item.")
+	m.createTime = histogram("pool.items.create_time", "Time of one factory call, successful or not.")
+	m.prepErrors = counter("pool.preparation.errors", "{error}", "Failed preparations: IsReady or Prepare failed or timed out.")
+	m.created = counter("pool.items.created", "{item}", "Successful factory calls.")
+	m.destroyed = counter("pool.items.destroyed", "{item}", "Items destroyed, by reason.")
+	m.leaked = counter("pool.leases.leaked", "{lease}", "Leases found unreachable without Release, Discard or Detach.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: pool %q: make instruments: %w", ErrInvalidOptions, name, err)
+	}
+	return m, nil
+}
+
+// registerGauges registers the callback that observes the gauges. It holds
+// the pool only weakly, so that the meter provider does not keep a pool
+// dropped without Close alive; such a pool reports nothing more.
+func registerGauges[T any](m *metrics, wp weak.Pointer[Pool[T]]) error {
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		p := wp.Value()
+		if p == nil {
+			return nil
+		}
+		s := p.Stats()
+		o.ObserveInt64(m.allocated, int64(s.ItemsAllocated), m.obs...)
+		o.ObserveInt64(m.available, int64(s.ItemsAvailable), m.obs...)
+		o.ObserveInt64(m.active, int64(s.ActiveLeases), m.obs...)
+		o.ObserveInt64(m.que, int64(s.QueuedLeases), m.obs...)
+		o.ObserveInt64(m.granted, int64(s.Leases), m.obs...)
+		util := 0.0
+		if s.ItemsAllocated > 0 {
+			util = float64(s.ActiveLeases) / float64(s.ItemsAllocated)
+		}
+		o.ObserveFloat64(m.utilization, util, m.obs...)
+		return nil
+	}, m.allocated, m.available, m.active, m.que, m.granted, m.utilization)
+	if err != nil {
+		return fmt.Errorf("%w: MeterProvider: register the gauges' callback: %w", ErrInvalidOptions, err)
+	}
+	m.reg = reg
+	return nil
+}
+
+// unregister stops the gauges' callback: a closed pool reports no gauges,
+// and the provider no longer refers to it.
+func (m *metrics) unregister() error {
+	if m.reg == nil {
+		return nil
+	}
+	if err := m.reg.Unregister(); err != nil {
+		return fmt.Errorf("pool: unregister the metrics callback: %w", err)
+	}
+	return nil
+}
+
+// seconds converts a span of the pool's clock (nanoseconds) to seconds.
+func seconds(ns int64) float64 { return float64(ns) / 1e9 }
+
+func (m *metrics) leaseFailed(ctx context.Context, t errType) {
+	m.leaseErrors.Add(ctx, 1, m.errAdd[t]...)
+}
+
+func (m *metrics) itemDestroyed(why reason) {
+	m.destroyed.Add(context.Background(), 1, m.reasonAdd[why]...)
+}
