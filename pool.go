@@ -257,7 +257,8 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 	if r := &p.g.slots; !r.bypass.Load() {
 		s := &r.s[procPin()&r.mask]
 		procUnpin()
-		if e := s.e.Swap(nil); e != nil {
+		// Load first: a miss then costs no locked instruction.
+		if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
 			if !p.plain {
 				return p.leaseSlow(ctx, e, true, nil, nil)
 			}

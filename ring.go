@@ -28,7 +28,8 @@ import (
 //   - park, on release: nil → e, by compare-and-swap, so two goroutines that
 //     share a slot (the portable build, or a processor past the row's end
 //     after GOMAXPROCS grew) cannot overwrite each other.
-//   - take, on lease: e → nil, by swap; finding nil is a miss.
+//   - take, on lease: e → nil, by compare-and-swap after a load that
+//     found e; finding nil, or losing the race, is a miss.
 //   - steal, under gate.mu: e → nil, for leases that missed their own slot,
 //     for waiters, Clear and Close.
 //
