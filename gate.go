@@ -12,11 +12,11 @@ import (
 // ring.go): a lease or release that hits its slot never reaches the gate.
 //
 // A permit is the right to hold one item outside the idle queue: a leased
-// item, one being created or destroyed, or one parked in a slot. Items in the
-// idle queue hold none. A
-// lease takes its permit before it touches the idle queue, in the same
-// critical section, and creates an item only when the queue is empty; so
-// held + idle never exceeds size, and that sum bounds the items in existence.
+// item, one being created or destroyed, or one parked in a slot. Items in
+// the idle queue hold none. A lease takes its permit before it touches the
+// idle queue, in the same critical section, and creates an item only when
+// none is idle; so held + idle never exceeds size, and that sum bounds the
+// items in existence.
 //
 // Why one mutex over count, waiters and idle items (see PERF-NOTES.md,
 // design B): a release must decide "oldest waiter, or idle queue?" and act on
