@@ -252,8 +252,9 @@ func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 
 func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 	// The fast path: an idle item parked in this processor's slot (see
-	// ring.go for the protocol; this is its "take", written out here
-	// because a call to it cost 5 % of a lease+release).
+	// ring.go for the protocol; this is its "take", written out here, as
+	// park is in release: the two calls cost 1.5 ns of a 35 ns
+	// lease+release).
 	if r := &p.g.slots; !r.bypass.Load() {
 		s := &r.s[procPin()&r.mask]
 		procUnpin()

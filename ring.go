@@ -112,7 +112,8 @@ func (r *slots[T]) mine() *slot[T] {
 }
 
 // take (on lease) and park's fast path (on release) are written out in
-// Pool.lease and Pool.release: a call cost 5 % of a lease+release.
+// Pool.lease and Pool.release: the two calls cost 1.5 ns of a 35 ns
+// lease+release.
 
 // park parks e, an idle entry whose permit the caller holds, in the calling
 // processor's slot. It reports false, leaving e and its permit with the
