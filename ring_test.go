@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -238,4 +239,35 @@ func TestRingParkedItemsAreIdleForStatsClearAndClose(t *testing.T) {
 	assert.Zero(t, tr.live.Load(), "Close destroyed the parked items")
 	assert.Zero(t, p.g.slots.scan().parked)
 	assertAtRest(t, p)
+}
+
+// The fast path reads no clock unless expiry asks for one: a lease and
+// release of an idle item with IdleTimeout and MaxLifetime zero never
+// calls the pool's clock. With IdleTimeout set, the same loop does, which
+// shows the counting clock is the one the pool reads.
+func TestRingFastPathReadsNoClock(t *testing.T) {
+	tests := []struct {
+		name      string
+		opts      Options[*conn]
+		wantReads bool
+	}{
+		{"plain", Options[*conn]{MinSize: 2, MaxSize: 2}, false},
+		{"with a Preparer", Options[*conn]{MinSize: 2, MaxSize: 2, Preparer: bnReady{}}, false},
+		{"with IdleTimeout", Options[*conn]{MinSize: 2, MaxSize: 2, IdleTimeout: time.Hour}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := newTracked(t, tt.opts)
+			var reads atomic.Int64
+			p.clock = func() int64 { reads.Add(1); return 0 }
+			for range 100 {
+				mustLease(t, p).Release()
+			}
+			if tt.wantReads {
+				assert.Positive(t, reads.Load())
+			} else {
+				assert.Zero(t, reads.Load(), "the lease path read the clock")
+			}
+		})
+	}
 }
