@@ -519,7 +519,7 @@ func TestStressCapAndExclusiveUse(t *testing.T) {
 	require.NoError(t, err)
 
 	stop := make(chan struct{})
-	var ops, shared atomic.Int64
+	var ops, shared, leased, timedOut atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -552,6 +552,9 @@ func TestStressCapAndExclusiveUse(t *testing.T) {
 					l, err = p.Lease(ctx)
 				}
 				cancel()
+				if errors.Is(err, ErrLeaseTimeout) {
+					timedOut.Add(1)
+				}
 				if err != nil {
 					if !errors.Is(err, ErrLeaseTimeout) && !errors.Is(err, ErrExhausted) &&
 						!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
@@ -560,6 +563,7 @@ func TestStressCapAndExclusiveUse(t *testing.T) {
 					}
 					continue
 				}
+				leased.Add(1)
 				c := l.Value()
 				if !c.inUse.CompareAndSwap(false, true) {
 					shared.Add(1)
@@ -628,6 +632,10 @@ func TestStressCapAndExclusiveUse(t *testing.T) {
 	s := p.Stats()
 	assert.Equal(t, 0, s.QueuedLeases)
 	assert.Equal(t, s.Created, s.Destroyed+s.Detached+uint64(s.ItemsAllocated))
+	// The counters summed over the processors' slots add up exactly.
+	assert.Equal(t, uint64(leased.Load()), s.Leases, "Stats.Leases against the leases that succeeded")
+	assert.Equal(t, uint64(timedOut.Load()), s.Timeouts)
+	assert.GreaterOrEqual(t, s.Waits, s.Timeouts, "every timeout waited")
 	f.mu.Lock()
 	assert.Equal(t, s.ItemsAllocated, f.live)
 	assert.LessOrEqual(t, f.peak, maxSize)
