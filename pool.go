@@ -525,27 +525,44 @@ func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, er
 
 // createAsync runs one creation for create. It holds the caller's permit
 // from the moment the caller abandons the creation.
+//
+// It finishes in a deferred call, so that a factory that panics, or calls
+// runtime.Goexit (t.FailNow in a test's factory does), still either
+// reaches the waiting caller or frees the abandoned creation's permit.
 func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
-	func() {
-		c.panicked = true
-		defer func() {
-			if c.panicked {
-				c.panicVal = recover()
+	c.panicked = true // until createDetached returns
+	defer func() {
+		if c.panicked {
+			if c.panicVal = recover(); c.panicVal == nil {
+				c.panicVal = errFactoryGoexit // recover returns nil for a Goexit
 			}
-		}()
-		c.e, c.err = p.createDetached(ctx)
-		c.panicked = false
+		}
+		if c.state.CompareAndSwap(creating, finished) {
+			close(c.done)
+			return
+		}
+		p.adopt(c)
 	}()
-	if c.state.CompareAndSwap(creating, finished) {
-		close(c.done)
-		return
-	}
-	// Abandoned: nobody waits for this item. A failure (or a panic) counts
-	// as a failed creation and frees the permit; an item goes idle.
+	c.e, c.err = p.createDetached(ctx)
+	c.panicked = false
+}
+
+// errFactoryGoexit is what a caller waiting for a creation panics with when
+// the factory called runtime.Goexit on the creating goroutine.
+var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
+
+// adopt finishes a creation that its caller abandoned: nobody waits for
+// this item. A failure (or a panic) counts as a failed creation and frees
+// the permit; an item goes idle, or to a waiter. On a closed pool the item
+// is destroyed here, on the pool's own goroutine: a Destroy panic has no
+// caller to reach, so it is dropped (the item counts as destroyed and its
+// permit is freed all the same) rather than crash the program.
+func (p *Pool[T]) adopt(c *creation[T]) {
 	if c.panicked || c.err != nil {
 		p.g.passOn(nil)
 		return
 	}
+	defer func() { _ = recover() }()
 	p.putBack(c.e)
 }
 

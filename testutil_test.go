@@ -163,3 +163,42 @@ func assertAtRest(t *testing.T, p *Pool[*conn]) {
 	assert.Equal(t, s.Created, s.Destroyed+s.Detached+uint64(s.ItemsAllocated),
 		"at rest Created == Destroyed + Detached + ItemsAllocated; stats %+v", s)
 }
+
+// checkInvariants checks, while load runs, what SPEC.md promises at every
+// instant, and reports each violation with t.Errorf (safe from any
+// goroutine). live is the number of items in existence by the test
+// factory's own count (from the start of Create to the end of Destroy), or
+// nil when the factory keeps none. It reports whether everything held.
+//
+//   - The cap on items in existence: live <= MaxSize.
+//   - The derived figures stay within the cap: 0 <= ActiveLeases,
+//     ItemsAvailable, ItemsAllocated <= MaxSize.
+//   - Created - Destroyed - Detached <= MaxSize (Stats reads Created
+//     first, so a snapshot can show less than the truth, never more).
+//   - No lease waits while a permit is free: QueuedLeases > 0 means every
+//     permit is held (ItemsAllocated == MaxSize); Stats reads both under
+//     the gate's lock.
+func checkInvariants[T any](t testing.TB, p *Pool[T], live func() int64) bool {
+	ok := true
+	s := p.Stats()
+	if live != nil {
+		if n := live(); n > int64(s.MaxSize) {
+			t.Errorf("%d items exist, more than MaxSize %d", n, s.MaxSize)
+			ok = false
+		}
+	}
+	if s.ActiveLeases < 0 || s.ItemsAvailable < 0 || s.QueuedLeases < 0 ||
+		s.ItemsAllocated != s.ActiveLeases+s.ItemsAvailable || s.ItemsAllocated > s.MaxSize {
+		t.Errorf("derived figures out of bounds: %+v", s)
+		ok = false
+	}
+	if n := int64(s.Created) - int64(s.Destroyed) - int64(s.Detached); n > int64(s.MaxSize) {
+		t.Errorf("Created - Destroyed - Detached = %d, more than MaxSize %d: %+v", n, s.MaxSize, s)
+		ok = false
+	}
+	if s.QueuedLeases > 0 && s.ItemsAllocated != s.MaxSize {
+		t.Errorf("%d leases queue while a permit is free: %+v", s.QueuedLeases, s)
+		ok = false
+	}
+	return ok
+}
