@@ -900,6 +900,48 @@ func TestLifecycleCloseCancelsFactoryContext(t *testing.T) {
 	}
 }
 
+// lcLateCancel is a ctx that nothing cancels (Done is nil, so the creation
+// runs inline) but whose Err turns to context.Canceled once cancel is
+// called: a caller's ctx that ends while its creation is in flight.
+type lcLateCancel struct {
+	context.Context
+	canceled atomic.Bool
+}
+
+func (c *lcLateCancel) Err() error {
+	if c.canceled.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A creation that Close cancels fails with ErrClosed, counted as closed,
+// even when the factory wraps its ctx's error (as net.Dialer does, so the
+// error also matches context.Canceled) and the caller's ctx has ended too:
+// Close ended it, not the caller.
+func TestLifecycleCloseWinsOverCallersCancelForCreation(t *testing.T) {
+	ctx := &lcLateCancel{Context: context.Background()}
+	entered := make(chan struct{})
+	f := FactoryFunc[*conn](func(fctx context.Context) (*conn, error) {
+		close(entered)
+		<-fctx.Done() // Close cancels it
+		ctx.canceled.Store(true)
+		return nil, fmt.Errorf("dial: %w", fctx.Err())
+	})
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1})
+	require.NoError(t, err)
+	ch := leaseAsync(ctx, p)
+	lcRecv(t, entered, "Create")
+	require.NoError(t, p.Close())
+
+	err = awaitLease(t, ch).err
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, err, context.Canceled, "the factory's own error stays wrapped")
+	s := p.Stats()
+	assert.Zero(t, s.Canceled, "Close ended the lease, not the caller")
+	assert.Zero(t, s.ActiveLeases)
+}
+
 func TestLifecycleCreateTimeoutBoundsFactory(t *testing.T) {
 	t.Run("caller waits", func(t *testing.T) {
 		p, tr := newTracked(t, Options[*conn]{MaxSize: 1, CreateTimeout: 20 * time.Millisecond})

@@ -322,11 +322,14 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 	}
 	e, failed, err := p.obtain(ctx, e)
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// ErrClosed first: a factory that wraps its ctx's error (as
+		// net.Dialer does) makes a creation that Close canceled match
+		// context.Canceled too, and Close is what ended it.
+		if errors.Is(err, ErrClosed) {
+			failed = errClosed
+		} else if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			p.c.canceled.Add(1)
 			failed = errCanceled
-		} else if errors.Is(err, ErrClosed) {
-			failed = errClosed // a creation that Close canceled
 		}
 		p.leaseFailed(ctx, failed)
 		return Lease[T]{}, err
