@@ -1,0 +1,1117 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+)
+
+// TestSoak's flags. CI runs it for longer than the default:
+//
+//	go test -race -run '^TestSoak$' -soak=30s -v .
+//
+// and a failure is replayed (as far as scheduling allows) with the seed
+// that the run logged: -soakseed=N.
+var (
+	skSoak     = flag.Duration("soak", 0, "how long TestSoak runs, split between its close and shutdown halves; 0: about 2s")
+	skSoakSeed = flag.Uint64("soakseed", 0, "TestSoak's base seed, to replay a run's random choices; 0: a fresh one (logged)")
+)
+
+const (
+	skDefaultSoak = 2 * time.Second
+	skWorkers     = 64
+	skMaxSize     = 8 // small, so that leases contend and queue
+	skMinSize     = 2 // so that Clear refills
+	skCheckEvery  = 64
+	skMaxReports  = 20 // violations reported in full; past that they are only counted
+
+	// Fault rates, per call of the hook.
+	skFactoryFailRate  = 0.02
+	skFactoryPanicRate = 0.005
+	skFactorySlowRate  = 0.10 // the factory dials for up to skSlowCreate, honouring its ctx
+	skSlowCreate       = 300 * time.Microsecond
+	skPreparePanicRate = 0.002 // IsReady panics
+	skReadyFailRate    = 0.01  // IsReady fails
+	skNotReadyRate     = 0.05  // IsReady says not ready, so Prepare runs
+	skPrepareFailRate  = 0.20  // of the Prepare calls
+	skResetPanicRate   = 0.003
+	skResetFailRate    = 0.03
+	skDestroyFailRate  = 0.01 // Destroy disposes of the item but reports an error
+)
+
+// skFault is an injected failure. It is comparable, so errors.Is finds it
+// through the pool's wrapping.
+type skFault string
+
+func (f skFault) Error() string { return "soak: injected " + string(f) + " failure" }
+
+const (
+	skErrCreate  skFault = "factory"
+	skErrPrepare skFault = "preparation"
+	skErrReset   skFault = "reset"
+	skErrDestroy skFault = "destroy"
+)
+
+// skPanic is what the injected faults panic with. site names the hook, so
+// that a recovered value shows whose panic reached which caller.
+type skPanic struct{ site string }
+
+// skItem is the item TestSoak pools. The pool never looks inside it; the
+// test's hooks and workers use its fields to catch an item that is shared by
+// two holders, used after its destruction, or touched after Detach.
+type skItem struct {
+	id     uint64
+	state  atomic.Int32 // skAlive, then skDestroyed; or skDetached, then skDisposed
+	inUse  atomic.Bool  // set while a lease holder uses the item
+	leases atomic.Int64 // leases of the item that a worker began to use
+	resets atomic.Int64 // Reset calls: leases of the item that a Release ended
+}
+
+const (
+	skAlive     int32 = iota
+	skDestroyed       // by the pool, through Destroy
+	skDetached        // taken out with Detach, not yet disposed of
+	skDisposed        // detached, then disposed of by the test
+)
+
+func skStateName(st int32) string {
+	return [...]string{"alive", "destroyed", "detached", "disposed"}[st]
+}
+
+// skDice gives the hooks, which run on any goroutine, their random draws
+// without a lock: the n-th draw is the splitmix64 hash of seed + n·φ.
+type skDice struct {
+	seed uint64
+	n    atomic.Uint64
+}
+
+// float returns a draw in [0, 1).
+func (d *skDice) float() float64 {
+	z := d.seed + d.n.Add(1)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
+}
+
+// skConfig is one half of the soak: how it ends and the pool's options.
+type skConfig struct {
+	mode           string // "close" or "shutdown": what ends the run under load
+	seed           uint64
+	run            time.Duration
+	leaseTimeout   time.Duration
+	checkAfterIdle time.Duration
+	idleTimeout    time.Duration
+	maxLifetime    time.Duration
+	metrics        bool // an SDK MeterProvider, whose counters are checked at the end
+}
+
+// skConfigure derives the i-th half's configuration from the base seed.
+// LeaseTimeout and CheckAfterIdle are on in one half and off in the other
+// (which one is the seed's choice), so every run sees both.
+func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
+	r := rand.New(rand.NewPCG(base, uint64(i)))
+	cfg := skConfig{
+		mode:        mode,
+		seed:        r.Uint64(),
+		run:         run,
+		idleTimeout: time.Duration(500+r.IntN(1500)) * time.Microsecond,
+		maxLifetime: time.Duration(3000+r.IntN(7000)) * time.Microsecond,
+		metrics:     mode == "shutdown",
+	}
+	if (base&1 == 1) == (i == 0) {
+		cfg.leaseTimeout = time.Duration(2000+r.IntN(3000)) * time.Microsecond
+	}
+	if (base&2 == 2) == (i == 0) {
+		cfg.checkAfterIdle = time.Duration(100+r.IntN(400)) * time.Microsecond
+	}
+	return cfg
+}
+
+// skCounts are the figures of one half, each an atomic count of what really
+// happened.
+type skCounts struct {
+	// Lease and TryLease calls, by outcome.
+	ops, leaseOK, timeouts, canceled, exhausted, closed atomic.Int64
+	createFailed, prepareFailed, leasePanics            atomic.Int64 // injected failures and panics that reached a lease
+
+	// How the workers ended their leases.
+	release, discard, detach, doubleRelease atomic.Int64
+	staleRelease, staleOnHeld, handoff      atomic.Int64 // staleOnHeld: the stale handle was of the item held
+	racingEnds, valueChecks                 atomic.Int64
+
+	// The helpers' work.
+	clears, statsReads, checks, calmPhases atomic.Int64
+	maxQueued, peakLive                    atomic.Int64
+
+	// The hooks' view.
+	created, destroyed, slowCreates, createAborted atomic.Int64
+
+	// Faults injected, and panics seen by the callers of the pool.
+	factoryFails, factoryPanics                         atomic.Int64
+	prepareErrs, prepareFaults, prepareCtx              atomic.Int64 // prepareErrs: every error IsReady or Prepare returned
+	preparePanics, resetFails, resetPanics, destroyErrs atomic.Int64
+	seenFactory, seenPrepare, seenReset                 atomic.Int64
+}
+
+// skRun is one half of the soak: the pool, its user code (skRun is its
+// Factory and Preparer; reset and destroy are its Reset and Destroy) and the
+// goroutines that load it.
+type skRun struct {
+	t      *testing.T
+	cfg    skConfig
+	p      *Pool[*skItem]
+	dice   skDice
+	reader *sdkmetric.ManualReader // nil without metrics
+
+	armed  atomic.Bool // faults are injected: off while New seeds the pool
+	nextID atomic.Uint64
+	// live is the number of items in existence by the test's own count: up
+	// when Create starts, down when Create fails or Destroy ends, and for a
+	// detached item, down just before Detach frees its permit (the test
+	// disposes of it, outside the pool's cap). So live <= MaxSize at every
+	// instant.
+	live atomic.Int64
+	// closeReturned is set once Close has returned (close half): a lease
+	// begun after that must fail.
+	closeReturned atomic.Bool
+	// active is how many workers lease now; the others rest.
+	active atomic.Int64
+
+	mu    sync.Mutex
+	items []*skItem // every item the factory made
+
+	stale    skStale        // handles of ended leases
+	handoffs chan skHandoff // leases left for the courier to end
+	stop     chan struct{}  // ends the clearer and the checker
+
+	violations, invFailures atomic.Int64
+	stopTook                time.Duration // from Close or Shutdown to the end of the drain
+	c                       skCounts
+}
+
+// skHandoff is a lease a worker left to the courier, with its item.
+type skHandoff struct {
+	l  Lease[*skItem]
+	it *skItem
+}
+
+// skStart makes the pool of one half.
+func skStart(t *testing.T, cfg skConfig) *skRun {
+	s := &skRun{
+		t:        t,
+		cfg:      cfg,
+		dice:     skDice{seed: cfg.seed},
+		handoffs: make(chan skHandoff, skMaxSize),
+		stop:     make(chan struct{}),
+	}
+	opts := Options[*skItem]{
+		Name:           "soak-" + cfg.mode,
+		MinSize:        skMinSize,
+		MaxSize:        skMaxSize,
+		LeaseTimeout:   cfg.leaseTimeout,
+		IdleTimeout:    cfg.idleTimeout,
+		MaxLifetime:    cfg.maxLifetime,
+		Preparer:       s,
+		CheckAfterIdle: cfg.checkAfterIdle,
+		Reset:          s.reset,
+		Destroy:        s.destroy,
+	}
+	if cfg.metrics {
+		s.reader = sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.reader))
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+		opts.MeterProvider = mp
+	}
+	p, err := New[*skItem](context.Background(), s, opts)
+	require.NoError(t, err)
+	s.p = p
+	s.armed.Store(true)
+	s.active.Store(skWorkers)
+	return s
+}
+
+// violate reports a broken promise of the pool's, from any goroutine; past
+// skMaxReports it only counts, so that one bug does not bury the log.
+func (s *skRun) violate(format string, args ...any) {
+	if s.violations.Add(1) <= skMaxReports {
+		s.t.Errorf(format, args...)
+	}
+}
+
+// skMax raises m to v if v is larger.
+func skMax(m *atomic.Int64, v int64) {
+	for {
+		cur := m.Load()
+		if v <= cur || m.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// skSleep waits for d or until ctx ends, reporting ctx.Err() in that case.
+func skSleep(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Create is the factory: it sometimes dials slowly, giving up when its ctx
+// (which only Close cancels) ends, and then fails or panics at a low rate.
+// A slow dial outlives short lease deadlines, so some failures and panics
+// happen in creations that their lease abandoned.
+func (s *skRun) Create(ctx context.Context) (*skItem, error) {
+	skMax(&s.c.peakLive, s.live.Add(1))
+	if s.armed.Load() {
+		if s.dice.float() < skFactorySlowRate {
+			s.c.slowCreates.Add(1)
+			if err := skSleep(ctx, time.Duration(s.dice.float()*float64(skSlowCreate))); err != nil {
+				s.live.Add(-1)
+				s.c.createAborted.Add(1)
+				// Wrapped, as net.Dialer does: the pool's ctx, canceled by
+				// Close. The lease fails with ErrClosed, which wins over
+				// its caller's ctx having ended too (see lease below).
+				return nil, fmt.Errorf("soak: dial abandoned: %w", err)
+			}
+		}
+		switch x := s.dice.float(); {
+		case x < skFactoryPanicRate:
+			s.live.Add(-1)
+			s.c.factoryPanics.Add(1)
+			panic(skPanic{"factory"})
+		case x < skFactoryPanicRate+skFactoryFailRate:
+			s.live.Add(-1)
+			s.c.factoryFails.Add(1)
+			return nil, skErrCreate
+		}
+	}
+	it := &skItem{id: s.nextID.Add(1)}
+	s.mu.Lock()
+	s.items = append(s.items, it)
+	s.mu.Unlock()
+	s.c.created.Add(1)
+	return it, nil
+}
+
+// touch checks that the pool hands its user code (IsReady, Prepare, Reset)
+// only an item that is alive and that no lease holder is using.
+func (s *skRun) touch(it *skItem, hook string) {
+	if st := it.state.Load(); st != skAlive {
+		s.violate("%s got item %d, which is %s", hook, it.id, skStateName(st))
+	}
+	if it.inUse.Load() {
+		s.violate("%s got item %d while a lease holder uses it", hook, it.id)
+	}
+}
+
+// IsReady fails or panics at a low rate, says "not ready" sometimes, and
+// honours its ctx as a ping would.
+func (s *skRun) IsReady(ctx context.Context, it *skItem) (bool, error) {
+	s.touch(it, "IsReady")
+	if err := ctx.Err(); err != nil {
+		s.c.prepareErrs.Add(1)
+		s.c.prepareCtx.Add(1)
+		return false, err
+	}
+	x := s.dice.float()
+	switch {
+	case x < skPreparePanicRate:
+		s.c.preparePanics.Add(1)
+		panic(skPanic{"prepare"})
+	case x < skPreparePanicRate+skReadyFailRate:
+		s.c.prepareErrs.Add(1)
+		s.c.prepareFaults.Add(1)
+		return false, skErrPrepare
+	case x < skPreparePanicRate+skReadyFailRate+skNotReadyRate:
+		return false, nil
+	}
+	return true, nil
+}
+
+// Prepare fails at a high rate: an item that was not ready is often lost.
+func (s *skRun) Prepare(_ context.Context, it *skItem) error {
+	s.touch(it, "Prepare")
+	if s.dice.float() < skPrepareFailRate {
+		s.c.prepareErrs.Add(1)
+		s.c.prepareFaults.Add(1)
+		return skErrPrepare
+	}
+	return nil
+}
+
+// reset is Options.Reset. Besides failing and panicking at a low rate, it
+// checks that Release ends each lease once: Reset runs once per ended
+// Release, so it never runs more often for an item than the item was leased
+// (a worker counts a lease before it can end it).
+func (s *skRun) reset(it *skItem) error {
+	s.touch(it, "Reset")
+	if n, m := it.resets.Add(1), it.leases.Load(); n > m {
+		s.violate("Reset ran %d times for %d leases of item %d: a lease ended twice", n, m, it.id)
+	}
+	x := s.dice.float()
+	switch {
+	case x < skResetPanicRate:
+		s.c.resetPanics.Add(1)
+		panic(skPanic{"reset"})
+	case x < skResetPanicRate+skResetFailRate:
+		s.c.resetFails.Add(1)
+		return skErrReset
+	}
+	return nil
+}
+
+// destroy is Options.Destroy: it checks that the pool destroys only an item
+// nobody uses, and each one once, never a detached one.
+func (s *skRun) destroy(it *skItem) error {
+	if it.inUse.Load() {
+		s.violate("Destroy got item %d while a lease holder uses it", it.id)
+	}
+	if !it.state.CompareAndSwap(skAlive, skDestroyed) {
+		s.violate("Destroy got item %d, which is %s", it.id, skStateName(it.state.Load()))
+	}
+	s.c.destroyed.Add(1)
+	s.live.Add(-1)
+	if s.dice.float() < skDestroyFailRate {
+		s.c.destroyErrs.Add(1)
+		return fmt.Errorf("item %d: %w", it.id, skErrDestroy)
+	}
+	return nil
+}
+
+// skCatch runs f and returns what it panicked with, if it did.
+func skCatch(f func()) (v any, panicked bool) {
+	panicked = true
+	defer func() {
+		if panicked {
+			v = recover()
+		}
+	}()
+	f()
+	panicked = false
+	return nil, false
+}
+
+// panicSeen checks a panic that a call into the pool raised: it must be one
+// the test injected, from user code that the call runs (a lease runs the
+// factory and the Preparer; Release runs Reset; Clear, the factory). Any
+// other panic is the pool's own, or reached the wrong caller.
+func (s *skRun) panicSeen(v any, sites ...string) {
+	p, ok := v.(skPanic)
+	if !ok || !slices.Contains(sites, p.site) {
+		s.violate("unexpected panic %#v (want an injected one from %v)", v, sites)
+		return
+	}
+	switch p.site {
+	case "factory":
+		s.c.seenFactory.Add(1)
+	case "prepare":
+		s.c.seenPrepare.Add(1)
+	case "reset":
+		s.c.seenReset.Add(1)
+	}
+}
+
+// release ends l with Release; a panic of Reset's must come out of it.
+func (s *skRun) release(l Lease[*skItem]) {
+	if v, panicked := skCatch(l.Release); panicked {
+		s.panicSeen(v, "reset")
+	}
+}
+
+// discard ends l with Discard, which runs no user code that panics.
+func (s *skRun) discard(l Lease[*skItem]) {
+	if v, panicked := skCatch(l.Discard); panicked {
+		s.panicSeen(v)
+	}
+}
+
+// skValue returns l.Value(), and false if it panicked.
+func skValue(l Lease[*skItem]) (it *skItem, ok bool) {
+	_, panicked := skCatch(func() { it = l.Value() })
+	return it, !panicked
+}
+
+// checkEnded checks that Value refuses an ended lease, with a message that
+// names the mistake.
+func (s *skRun) checkEnded(l Lease[*skItem]) {
+	s.c.valueChecks.Add(1)
+	v, panicked := skCatch(func() { _ = l.Value() })
+	if !panicked {
+		s.violate("Value of an ended lease returned instead of panicking")
+		return
+	}
+	if msg, _ := v.(string); !strings.Contains(msg, "after the lease ended") {
+		s.violate("Value of an ended lease panicked with %#v", v)
+	}
+}
+
+// skLeaseCtx returns the context of one lease: none (40 %), a deadline
+// 0.05–5 ms away (35 %), a cancel 0.05–5 ms away (20 %), or one that has
+// ended already (5 %: canceled, or past its deadline).
+func skLeaseCtx(r *rand.Rand) (context.Context, context.CancelFunc) {
+	bg := context.Background()
+	d := time.Duration(50+r.IntN(4951)) * time.Microsecond
+	switch k := r.IntN(100); {
+	case k < 40:
+		return bg, func() {}
+	case k < 75:
+		return context.WithTimeout(bg, d)
+	case k < 95:
+		ctx, cancel := context.WithCancel(bg)
+		tm := time.AfterFunc(d, cancel)
+		return ctx, func() { tm.Stop(); cancel() }
+	case k < 98:
+		ctx, cancel := context.WithCancel(bg)
+		cancel()
+		return ctx, cancel
+	default:
+		return context.WithDeadline(bg, time.Now().Add(-time.Millisecond))
+	}
+}
+
+// skHold holds an item for 0–200 µs: not at all, a yield, or a sleep.
+func skHold(r *rand.Rand) {
+	switch r.IntN(4) {
+	case 0:
+	case 1:
+		runtime.Gosched()
+	default:
+		time.Sleep(time.Duration(1+r.IntN(200)) * time.Microsecond)
+	}
+}
+
+// skStale keeps copies of the last leases the workers and the courier
+// ended, for a worker to end again while it holds another lease. It is
+// shared: the lease a worker gets was most often ended just before by
+// another goroutine, whose handle of the same item is then here.
+type skStale struct {
+	mu sync.Mutex
+	ls [skWorkers]Lease[*skItem]
+	n  int
+}
+
+// add keeps l, which the caller has ended.
+func (k *skStale) add(l Lease[*skItem]) {
+	k.mu.Lock()
+	k.ls[k.n%len(k.ls)] = l
+	k.n++
+	k.mu.Unlock()
+}
+
+// pick returns a kept handle, or false when none is kept yet. Half the time
+// it prefers one of held's item, if it keeps one: then a stale handle that
+// wrongly ended the lease held now shows directly.
+func (k *skStale) pick(r *rand.Rand, held Lease[*skItem]) (Lease[*skItem], bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	kept := min(k.n, len(k.ls))
+	if kept == 0 {
+		return Lease[*skItem]{}, false
+	}
+	if r.IntN(2) == 0 {
+		for _, l := range k.ls[:kept] {
+			if l.e == held.e {
+				return l, true
+			}
+		}
+	}
+	return k.ls[r.IntN(kept)], true
+}
+
+// worker leases and ends leases until the pool says ErrClosed. The i-th
+// worker rests while fewer than i+1 are active (a calm phase).
+func (s *skRun) worker(i int, r *rand.Rand) {
+	for n := 1; ; n++ {
+		if int64(i) >= s.active.Load() {
+			time.Sleep(200 * time.Microsecond)
+			continue
+		}
+		s.c.ops.Add(1)
+		l, ok, closed := s.lease(r)
+		if closed {
+			return
+		}
+		if ok {
+			s.use(r, l)
+		}
+		if n%skCheckEvery == 0 {
+			s.check()
+		}
+	}
+}
+
+// lease makes one Lease (7 in 8) or TryLease call with a random context and
+// sorts the outcome the way Stats and pool.lease.errors do: a timeout;
+// ErrClosed; an error that is the caller's ctx's own (canceled); ErrExhausted;
+// an injected failure. ok reports a lease; closed, ErrClosed.
+func (s *skRun) lease(r *rand.Rand) (l Lease[*skItem], ok, closed bool) {
+	ctx, cancel := skLeaseCtx(r)
+	defer cancel()
+	try := r.IntN(8) == 0
+	late := s.closeReturned.Load()
+	var err error
+	if v, panicked := skCatch(func() {
+		if try {
+			l, err = s.p.TryLease(ctx)
+		} else {
+			l, err = s.p.Lease(ctx)
+		}
+	}); panicked {
+		s.c.leasePanics.Add(1)
+		s.panicSeen(v, "factory", "prepare")
+		return l, false, false
+	}
+	switch {
+	case err == nil:
+		s.c.leaseOK.Add(1)
+		if late {
+			s.violate("a lease begun after Close returned succeeded")
+		}
+		return l, true, false
+	case errors.Is(err, ErrLeaseTimeout):
+		s.c.timeouts.Add(1)
+		if try || s.cfg.leaseTimeout == 0 {
+			s.violate("ErrLeaseTimeout (TryLease %v, LeaseTimeout %v): %v", try, s.cfg.leaseTimeout, err)
+		}
+	case errors.Is(err, ErrClosed): // first: Close ended it, whatever ctx says
+		s.c.closed.Add(1)
+		return l, false, true
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		s.c.canceled.Add(1)
+	case errors.Is(err, ErrExhausted):
+		s.c.exhausted.Add(1)
+		if !try {
+			s.violate("Lease (not TryLease) returned %v", err)
+		}
+	case errors.Is(err, skErrCreate):
+		s.c.createFailed.Add(1)
+	case errors.Is(err, skErrPrepare):
+		s.c.prepareFailed.Add(1)
+	default:
+		s.violate("unexpected lease error: %v", err)
+	}
+	return l, false, false
+}
+
+// use marks l's item in use (a second holder is a violation), holds it
+// briefly, and ends the lease one of the ways a caller can: Release (40 %),
+// Discard (10 %), Detach (5 %), twice (12 %), with a stale handle ended
+// first (10 %), by the courier (8 %), or by two copies at once (15 %). When
+// the worker ended it, l joins the stale handles.
+func (s *skRun) use(r *rand.Rand, l Lease[*skItem]) {
+	it, ok := skValue(l)
+	if !ok {
+		s.violate("a lease ended before its holder used it")
+		return
+	}
+	if !it.inUse.CompareAndSwap(false, true) {
+		s.violate("item %d leased while another lease holder uses it", it.id)
+	}
+	if st := it.state.Load(); st != skAlive {
+		s.violate("leased item %d is %s", it.id, skStateName(st))
+	}
+	it.leases.Add(1)
+	skHold(r)
+	switch k := r.IntN(100); {
+	case k < 40:
+		s.c.release.Add(1)
+		it.inUse.Store(false)
+		s.release(l)
+	case k < 50:
+		s.c.discard.Add(1)
+		it.inUse.Store(false)
+		s.discard(l)
+	case k < 55:
+		s.detach(r, l, it)
+	case k < 67:
+		s.endTwice(r, l, it)
+	case k < 77:
+		if old, ok := s.stale.pick(r, l); ok {
+			s.endStaleFirst(r, l, it, old)
+			break
+		}
+		s.c.release.Add(1)
+		it.inUse.Store(false)
+		s.release(l)
+	case k < 85:
+		if s.handOff(l, it) {
+			return // the courier's now: not stale until it ends it
+		}
+	default:
+		s.endRacing(r, l, it)
+	}
+	if r.IntN(8) == 0 {
+		s.checkEnded(l)
+	}
+	s.stale.add(l)
+}
+
+// detach takes the item out with Detach and disposes of it as its new owner.
+// From then on the pool must not touch it (the hooks check its state).
+func (s *skRun) detach(r *rand.Rand, l Lease[*skItem], it *skItem) {
+	s.c.detach.Add(1)
+	it.inUse.Store(false)
+	s.live.Add(-1) // before Detach frees the permit: see live
+	var got *skItem
+	if v, panicked := skCatch(func() { got = l.Detach() }); panicked {
+		s.violate("Detach of a held lease panicked: %v", v)
+		return
+	}
+	if got != it {
+		s.violate("Detach returned item %p, the lease held item %d", got, it.id)
+	}
+	if !it.state.CompareAndSwap(skAlive, skDetached) {
+		s.violate("detached item %d was %s", it.id, skStateName(it.state.Load()))
+	}
+	skHold(r)
+	if !it.state.CompareAndSwap(skDetached, skDisposed) {
+		s.violate("detached item %d became %s before its owner disposed of it", it.id, skStateName(it.state.Load()))
+	}
+}
+
+// endTwice releases l, then ends it again through l or a copy, with Release
+// or Discard: the second call must do nothing (reset and destroy catch a
+// lease ended twice).
+func (s *skRun) endTwice(r *rand.Rand, l Lease[*skItem], it *skItem) {
+	s.c.doubleRelease.Add(1)
+	it.inUse.Store(false)
+	s.release(l)
+	cp := l
+	switch r.IntN(3) {
+	case 0:
+		s.release(l)
+	case 1:
+		s.release(cp)
+	default:
+		s.discard(cp)
+	}
+}
+
+// endStaleFirst ends stale, a handle of an earlier lease, while l is held:
+// with Release, Discard or Detach. All must do nothing (Detach panics), and
+// l must still be valid, which checks it directly when stale was a handle of
+// the same item; otherwise reset and destroy catch an item ended twice.
+func (s *skRun) endStaleFirst(r *rand.Rand, l Lease[*skItem], it *skItem, stale Lease[*skItem]) {
+	s.c.staleRelease.Add(1)
+	if stale.e == l.e {
+		s.c.staleOnHeld.Add(1)
+	}
+	switch r.IntN(8) {
+	case 0:
+		s.discard(stale)
+	case 1:
+		if v, panicked := skCatch(func() { stale.Detach() }); !panicked {
+			s.violate("Detach of a stale handle returned %v instead of panicking", v)
+		}
+	default:
+		s.release(stale)
+	}
+	if got, ok := skValue(l); !ok || got != it {
+		s.violate("ending a stale handle ended the lease of item %d held now", it.id)
+	}
+	if !it.inUse.Load() {
+		s.violate("item %d, held, lost its in-use mark as a stale handle ended", it.id)
+	}
+	it.inUse.Store(false)
+	s.release(l)
+}
+
+// handOff leaves l to the courier, which ends it later, and reports true; or,
+// when the courier is busy, releases it and reports false.
+func (s *skRun) handOff(l Lease[*skItem], it *skItem) bool {
+	select {
+	case s.handoffs <- skHandoff{l, it}:
+		s.c.handoff.Add(1)
+		return true
+	default:
+		s.c.release.Add(1)
+		it.inUse.Store(false)
+		s.release(l)
+		return false
+	}
+}
+
+// endRacing ends l from two goroutines at once, each with Release or
+// Discard on its own copy: exactly one call must take effect.
+func (s *skRun) endRacing(r *rand.Rand, l Lease[*skItem], it *skItem) {
+	s.c.racingEnds.Add(1)
+	it.inUse.Store(false)
+	cp := l
+	theirs, mine := r.IntN(4) == 0, r.IntN(4) == 0 // true: Discard
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if theirs {
+			s.discard(cp)
+		} else {
+			s.release(cp)
+		}
+	})
+	if mine {
+		s.discard(l)
+	} else {
+		s.release(l)
+	}
+	wg.Wait()
+}
+
+// courier ends the leases the workers left to it, after holding each a
+// little: mostly with Release, sometimes with Discard. A lease must still
+// be valid when it gets it.
+func (s *skRun) courier(r *rand.Rand) {
+	for h := range s.handoffs {
+		if got, ok := skValue(h.l); !ok || got != h.it {
+			s.violate("a lease left to the courier ended before the courier ended it (item %d)", h.it.id)
+		}
+		skHold(r)
+		h.it.inUse.Store(false)
+		if r.IntN(5) == 0 {
+			s.discard(h.l)
+		} else {
+			s.release(h.l)
+		}
+		s.stale.add(h.l)
+	}
+}
+
+// clearer calls Clear (whose refill may panic with the factory) and reads
+// Stats at random intervals of up to 2 ms, until stop.
+func (s *skRun) clearer(r *rand.Rand) {
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
+		if v, panicked := skCatch(s.p.Clear); panicked {
+			s.panicSeen(v, "factory")
+		}
+		s.c.clears.Add(1)
+		s.observe(s.p.Stats())
+		s.check()
+	}
+}
+
+// checker checks the invariants continuously, until stop.
+func (s *skRun) checker() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		s.observe(s.p.Stats())
+		s.check()
+		runtime.Gosched()
+	}
+}
+
+// observe notes a Stats read and the longest queue seen.
+func (s *skRun) observe(st Stats) {
+	s.c.statsReads.Add(1)
+	skMax(&s.c.maxQueued, int64(st.QueuedLeases))
+}
+
+// check runs checkInvariants against the test's own count of the items in
+// existence. After skMaxReports failures it stops: the test has failed, and
+// the log should stay readable.
+func (s *skRun) check() {
+	if s.invFailures.Load() >= skMaxReports {
+		return
+	}
+	s.c.checks.Add(1)
+	if !checkInvariants(s.t, s.p, s.live.Load) {
+		s.invFailures.Add(1)
+	}
+}
+
+// skAwait waits for wg. A hang is a bug that no assertion can report
+// cleanly (the stuck goroutines would log after the test ends), so after
+// testWait it panics with every goroutine's stack.
+func skAwait(wg *sync.WaitGroup, what string) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(testWait):
+		buf := make([]byte, 1<<22)
+		buf = buf[:runtime.Stack(buf, true)]
+		panic(fmt.Sprintf("TestSoak: %s did not stop within %v\n\n%s", what, testWait, buf))
+	}
+}
+
+// checkStopErr checks what Close or Shutdown returned: nil, or the injected
+// errors of the destroys it ran; never a ctx error (Shutdown's wait is
+// bounded by testWait).
+func (s *skRun) checkStopErr(what string, err error) {
+	if err == nil {
+		return
+	}
+	assert.ErrorIs(s.t, err, skErrDestroy, "%s", what)
+	assert.NotErrorIs(s.t, err, context.DeadlineExceeded, "%s did not finish within %v", what, testWait)
+}
+
+// run loads the pool for cfg.run, ends it with Close or Shutdown while the
+// workers still run, and waits for everything to stop: the workers at their
+// first ErrClosed, then the helpers, the courier and Shutdown's drain.
+func (s *skRun) run() {
+	rng := rand.New(rand.NewPCG(s.cfg.seed, 0x50a4))
+	newRand := func() *rand.Rand { return rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) }
+	var workers, helpers, courier sync.WaitGroup
+	for i := range skWorkers {
+		r := newRand()
+		workers.Go(func() { s.worker(i, r) })
+	}
+	courierRand, clearRand := newRand(), newRand()
+	courier.Go(func() { s.courier(courierRand) })
+	helpers.Go(func() { s.clearer(clearRand) })
+	helpers.Go(s.checker)
+
+	// Busy phases (every worker leases) alternate with calm ones (1 to 10
+	// do), so that the pool also runs without a queue: items idle, expire
+	// and are found idle by Clear, whose refill runs only then.
+	deadline := time.Now().Add(s.cfg.run)
+	for busy := true; time.Now().Before(deadline); busy = !busy {
+		d := time.Duration(5+rng.IntN(45)) * time.Millisecond
+		if busy {
+			s.active.Store(skWorkers)
+		} else {
+			s.c.calmPhases.Add(1)
+			s.active.Store(int64(1 + rng.IntN(10)))
+			d /= 2
+		}
+		time.Sleep(min(d, time.Until(deadline)))
+	}
+	s.active.Store(skWorkers) // every worker must lease, to see ErrClosed
+
+	start := time.Now()
+	var shutdownErr chan error
+	if s.cfg.mode == "close" {
+		err := s.p.Close()
+		s.closeReturned.Store(true)
+		s.checkStopErr("Close", err)
+	} else {
+		shutdownErr = make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), testWait)
+			defer cancel()
+			shutdownErr <- s.p.Shutdown(ctx)
+		}()
+	}
+	skAwait(&workers, "the workers (each stops at its first ErrClosed)")
+	close(s.stop)
+	skAwait(&helpers, "the clearer and the checker")
+	close(s.handoffs)
+	skAwait(&courier, "the courier")
+	if shutdownErr == nil {
+		// Closed already: Shutdown only waits for the last creations that
+		// leases abandoned. Its ctx bounds the wait.
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		err := s.p.Shutdown(ctx)
+		cancel()
+		assert.NoError(s.t, err, "Shutdown after Close")
+	} else {
+		s.checkStopErr("Shutdown", <-shutdownErr)
+	}
+	s.stopTook = time.Since(start)
+}
+
+// verify checks the pool at rest against what the test saw: the accounting
+// identity, every item destroyed once or detached, and every Stats counter
+// that the test can count itself.
+func (s *skRun) verify() {
+	t := s.t
+	st := s.p.Stats()
+	assert.Zero(t, st.ItemsAllocated, "ItemsAllocated at rest: %+v", st)
+	assert.Zero(t, st.ActiveLeases, "ActiveLeases at rest")
+	assert.Zero(t, st.ItemsAvailable, "ItemsAvailable after Close")
+	assert.Zero(t, st.QueuedLeases, "QueuedLeases at rest")
+	assert.Equal(t, st.Created, st.Destroyed+st.Detached+uint64(st.ItemsAllocated),
+		"at rest Created == Destroyed + Detached + ItemsAllocated: %+v", st)
+	assert.Zero(t, s.live.Load(), "items in existence by the factory's count")
+	assert.LessOrEqual(t, s.c.peakLive.Load(), int64(skMaxSize), "most items in existence at once")
+
+	var destroyed, disposed, lost int
+	s.mu.Lock()
+	for _, it := range s.items {
+		switch it.state.Load() {
+		case skDestroyed:
+			destroyed++
+		case skDisposed:
+			disposed++
+		default:
+			if lost++; lost <= skMaxReports {
+				t.Errorf("item %d is %s at rest", it.id, skStateName(it.state.Load()))
+			}
+		}
+	}
+	made := len(s.items)
+	s.mu.Unlock()
+	assert.Zero(t, lost, "items neither destroyed nor detached")
+	assert.EqualValues(t, made, st.Created, "Stats.Created against the factory's items")
+	assert.EqualValues(t, destroyed, st.Destroyed, "Stats.Destroyed against the items destroyed")
+	assert.EqualValues(t, s.c.destroyed.Load(), st.Destroyed, "Stats.Destroyed against Destroy's calls")
+	assert.EqualValues(t, disposed, st.Detached, "Stats.Detached against the items the test disposed of")
+	assert.EqualValues(t, s.c.detach.Load(), st.Detached, "Stats.Detached against the workers' Detach calls")
+
+	assert.EqualValues(t, s.c.leaseOK.Load(), st.Leases, "Stats.Leases against the leases that succeeded")
+	assert.EqualValues(t, s.c.timeouts.Load(), st.Timeouts, "Stats.Timeouts against the ErrLeaseTimeouts seen")
+	assert.EqualValues(t, s.c.canceled.Load(), st.Canceled, "Stats.Canceled against the ctx errors seen")
+	assert.EqualValues(t, s.c.prepareErrs.Load(), st.PrepareFailed, "Stats.PrepareFailed against the Preparer's errors")
+	assert.GreaterOrEqual(t, st.Waits, st.Timeouts, "every timeout waited")
+	assert.Zero(t, st.Leaked, "leaked leases")
+
+	// A panic in the Preparer or Reset always has a caller to reach; one in
+	// the factory has none when the lease that started it gave up.
+	assert.Equal(t, s.c.preparePanics.Load(), s.c.seenPrepare.Load(), "Preparer panics that reached a Lease")
+	assert.Equal(t, s.c.resetPanics.Load(), s.c.seenReset.Load(), "Reset panics that reached a Release")
+	assert.LessOrEqual(t, s.c.seenFactory.Load(), s.c.factoryPanics.Load(), "factory panics seen, against injected")
+
+	if s.reader != nil {
+		s.verifyMetrics(st)
+	}
+	assert.Zero(t, s.violations.Load(), "violations seen under load")
+}
+
+// skCounter sums the int64 counter name over its points, in total and by
+// the value of the attribute key; a counter never added to is absent, and
+// sums to zero.
+func skCounter(rm metricdata.ResourceMetrics, name, key string) (by map[string]int64, total int64) {
+	by = map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != name || !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				v, _ := dp.Attributes.Value(attribute.Key(key))
+				by[v.AsString()] += dp.Value
+				total += dp.Value
+			}
+		}
+	}
+	return by, total
+}
+
+// verifyMetrics checks the OpenTelemetry counters against Stats and against
+// the outcomes the workers saw: pool.lease.errors sorts failed leases as
+// the workers do.
+func (s *skRun) verifyMetrics(st Stats) {
+	t := s.t
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, s.reader.Collect(context.Background(), &rm))
+	_, created := skCounter(rm, "pool.items.created", "")
+	assert.EqualValues(t, st.Created, created, "pool.items.created")
+	reasons, destroyed := skCounter(rm, "pool.items.destroyed", "reason")
+	assert.EqualValues(t, st.Destroyed, destroyed, "pool.items.destroyed")
+	assert.EqualValues(t, st.IdleExpired, reasons["idle"], "pool.items.destroyed{reason=idle}")
+	assert.EqualValues(t, st.LifetimeExpired, reasons["lifetime"], "pool.items.destroyed{reason=lifetime}")
+	_, prepErrs := skCounter(rm, "pool.preparation.errors", "")
+	assert.EqualValues(t, st.PrepareFailed, prepErrs, "pool.preparation.errors")
+	_, leaked := skCounter(rm, "pool.leases.leaked", "")
+	assert.Zero(t, leaked, "pool.leases.leaked")
+
+	want := map[string]int64{}
+	for k, n := range map[string]int64{
+		"timeout":   s.c.timeouts.Load(),
+		"canceled":  s.c.canceled.Load(),
+		"closed":    s.c.closed.Load(),
+		"exhausted": s.c.exhausted.Load(),
+		"create":    s.c.createFailed.Load(),
+		"prepare":   s.c.prepareFailed.Load(),
+	} {
+		if n > 0 {
+			want[k] = n
+		}
+	}
+	got, _ := skCounter(rm, "pool.lease.errors", "error.type")
+	assert.Equal(t, want, got, "pool.lease.errors by error.type, against the workers' outcomes")
+}
+
+// report is the half's figures, for the log.
+func (s *skRun) report(wall time.Duration) string {
+	c, st := &s.c, s.p.Stats()
+	lt := "off"
+	if s.cfg.leaseTimeout > 0 {
+		lt = s.cfg.leaseTimeout.String()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: ran %v under load, wall %v (stop to drained %v); LeaseTimeout %s, CheckAfterIdle %v, IdleTimeout %v, MaxLifetime %v, metrics %v\n",
+		s.cfg.mode, s.cfg.run, wall.Round(time.Millisecond), s.stopTook.Round(time.Microsecond),
+		lt, s.cfg.checkAfterIdle, s.cfg.idleTimeout, s.cfg.maxLifetime, s.cfg.metrics)
+	fmt.Fprintf(&b, "  operations %d: lease ok %d, timeouts %d, canceled %d, exhausted %d, closed %d, create failed %d, prepare failed %d, panicked %d\n",
+		c.ops.Load(), c.leaseOK.Load(), c.timeouts.Load(), c.canceled.Load(), c.exhausted.Load(), c.closed.Load(),
+		c.createFailed.Load(), c.prepareFailed.Load(), c.leasePanics.Load())
+	fmt.Fprintf(&b, "  ends: release %d, discard %d, detach %d, double release %d, stale release %d (%d on the held item), handoff %d, racing copies %d; Value-after-end checks %d\n",
+		c.release.Load(), c.discard.Load(), c.detach.Load(), c.doubleRelease.Load(), c.staleRelease.Load(),
+		c.staleOnHeld.Load(), c.handoff.Load(), c.racingEnds.Load(), c.valueChecks.Load())
+	fmt.Fprintf(&b, "  clears %d, Stats reads %d, invariant checks %d, max queued %d, peak live %d, calm phases %d; waits %d, wait time %v\n",
+		c.clears.Load(), c.statsReads.Load(), c.checks.Load(), c.maxQueued.Load(), c.peakLive.Load(), c.calmPhases.Load(), st.Waits, st.WaitTime.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  items: created %d, destroyed %d (idle expired %d, lifetime expired %d, prepare failed %d), detached %d\n",
+		c.created.Load(), st.Destroyed, st.IdleExpired, st.LifetimeExpired, st.PrepareFailed, st.Detached)
+	fmt.Fprintf(&b, "  faults: factory fail %d, factory panic %d (%d reached a caller), slow dials %d (%d abandoned at Close), prepare errors %d (%d injected, %d ctx), prepare panic %d (%d reached), reset fail %d, reset panic %d (%d reached), destroy errors %d\n",
+		c.factoryFails.Load(), c.factoryPanics.Load(), c.seenFactory.Load(), c.slowCreates.Load(), c.createAborted.Load(),
+		c.prepareErrs.Load(), c.prepareFaults.Load(), c.prepareCtx.Load(), c.preparePanics.Load(), c.seenPrepare.Load(),
+		c.resetFails.Load(), c.resetPanics.Load(), c.seenReset.Load(), c.destroyErrs.Load())
+	fmt.Fprintf(&b, "  violations %d, failed invariant checks %d", s.violations.Load(), s.invFailures.Load())
+	return b.String()
+}
+
+// TestSoak is a chaos soak: 64 goroutines lease and end leases every way the
+// API allows (Release, Discard, Detach, twice, through stale handles, from
+// another goroutine, by two copies at once), against a small pool whose
+// user code fails and panics at a low rate and whose items expire within
+// milliseconds, while other goroutines Clear it and check its invariants.
+// Then the pool is closed (first half) or shut down (second half) under
+// load, and everything the test counted is checked against Stats (and, in
+// the second half, the OpenTelemetry counters).
+func TestSoak(t *testing.T) {
+	total := *skSoak
+	if total <= 0 {
+		total = skDefaultSoak
+	}
+	base := *skSoakSeed
+	if base == 0 {
+		base = rand.Uint64()
+	}
+	t.Logf("soak %v, seed %d (replay: -soakseed=%d), GOMAXPROCS %d", total, base, base, runtime.GOMAXPROCS(0))
+	var ops, leases atomic.Int64
+	for i, mode := range []string{"close", "shutdown"} {
+		t.Run(mode, func(t *testing.T) {
+			start := time.Now()
+			s := skStart(t, skConfigure(base, i, mode, total/2))
+			s.run()
+			s.verify()
+			goleak.VerifyNone(t)
+			t.Log(s.report(time.Since(start)))
+			ops.Add(s.c.ops.Load())
+			leases.Add(s.c.leaseOK.Load())
+		})
+	}
+	t.Logf("total: %d operations, %d leases", ops.Load(), leases.Load())
+}
