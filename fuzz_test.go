@@ -325,6 +325,11 @@ type fzModel struct {
 
 func (m *fzModel) bypass() bool { return m.closed || len(m.waiters) > 0 }
 
+// wouldWait says whether a Lease now would have to queue for a permit.
+func (m *fzModel) wouldWait() bool {
+	return !m.closed && (len(m.waiters) > 0 || m.slot == 0 && len(m.queue) == 0 && m.held >= m.maxSize)
+}
+
 func (m *fzModel) parked() int {
 	if m.slot != 0 {
 		return 1
@@ -710,7 +715,10 @@ type fzRun struct {
 	m       *fzModel
 	handles []fzHandle
 	steps   int
-	reader  *sdkmetric.ManualReader // the metrics, when on
+	// timeouts counts the leases that timed out: each waits for a real
+	// timer, which takes a millisecond, so a script gets fzMaxTimeouts.
+	timeouts int
+	reader   *sdkmetric.ManualReader // the metrics, when on
 }
 
 const (
@@ -718,6 +726,7 @@ const (
 	fzMaxLifetime    = 25 * time.Millisecond
 	fzCheckAfterIdle = 5 * time.Millisecond
 	fzMaxOps         = 300
+	fzMaxTimeouts    = 8
 )
 
 // newFzRun makes a pool and its model from the script's two configuration
@@ -748,8 +757,9 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 		opts.Reset, m.reset = h.reset, true
 	}
 	if c1&32 != 0 {
-		// Real time: long enough for nothing, as nothing else runs.
-		opts.LeaseTimeout, m.leaseTimeout = time.Millisecond, true
+		// Real time, as short as a timer goes: nothing else runs while a
+		// lease waits, so nothing can reach it in time anyway.
+		opts.LeaseTimeout, m.leaseTimeout = time.Microsecond, true
 	}
 	opts.TrackLeaseSites = c1&64 != 0
 	var reader *sdkmetric.ManualReader
@@ -809,6 +819,12 @@ func (r *fzRun) lease(try, canceled bool) {
 		c, cancel := context.WithCancel(ctx)
 		cancel()
 		ctx = c
+	}
+	if !try && !canceled && r.m.leaseTimeout && r.m.wouldWait() {
+		if r.timeouts == fzMaxTimeouts {
+			return // each costs a timer's real millisecond: enough of them
+		}
+		r.timeouts++
 	}
 	want := r.m.lease(try, canceled)
 	if want.kind == fzQueued {
