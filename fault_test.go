@@ -930,7 +930,7 @@ const ftChildEnv = "POOL_FT_CHILD"
 
 // TestFaultDestroyPanicOfAbandonedCreationAfterClose: an abandoned
 // creation that finishes after Close destroys its item on the pool's own
-// goroutine (createAsync → putBack → toGate → destroyAndFree). SPEC.md says
+// goroutine (createAsync → adopt → putBack → toGate → destroyAndFree). SPEC.md says
 // a panic in user code reaches the caller, and one in a creation nobody
 // waits for counts as a failed creation; here nobody can recover a Destroy
 // panic, so it must not escape that goroutine, which would end the whole

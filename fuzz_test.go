@@ -797,13 +797,6 @@ func (r *fzRun) fail(format string, args ...any) {
 	r.t.Fatalf("step %d: "+format, append([]any{r.steps}, args...)...)
 }
 
-// call runs f, returning what it panicked with.
-func fzCall(f func()) (recovered any) {
-	defer func() { recovered = recover() }()
-	f()
-	return nil
-}
-
 // expect compares an operation's outcome with the model's.
 func (r *fzRun) expect(what string, got, want fzOutcome) {
 	r.t.Helper()
@@ -833,7 +826,7 @@ func (r *fzRun) lease(try, canceled bool) {
 	}
 	var l Lease[*conn]
 	var err error
-	rec := fzCall(func() {
+	rec := lcRecover(func() {
 		if try {
 			l, err = r.p.TryLease(ctx)
 		} else {
@@ -862,7 +855,7 @@ func (r *fzRun) queue() {
 	r.m.waiters = append(r.m.waiters, w)
 	go func() {
 		var got fzGot
-		got.recovered = fzCall(func() { got.l, got.err = r.p.Lease(ctx) })
+		got.recovered = lcRecover(func() { got.l, got.err = r.p.Lease(ctx) })
 		w.done <- got
 	}()
 	deadline := time.Now().Add(testWait)
@@ -940,7 +933,7 @@ func (r *fzRun) staleHandle(arg byte) *fzHandle {
 
 func (r *fzRun) release(h *fzHandle) {
 	want := r.m.release(h.rec)
-	r.expect("Release", fzClassify(nil, fzCall(h.l.Release)), want)
+	r.expect("Release", fzClassify(nil, lcRecover(h.l.Release)), want)
 }
 
 // step plays one operation.
@@ -973,13 +966,13 @@ func (r *fzRun) step(op, arg byte) {
 	case 8:
 		if h := r.handle(arg); h != nil {
 			want := m.discard(h.rec)
-			r.expect("Discard", fzClassify(nil, fzCall(h.l.Discard)), want)
+			r.expect("Discard", fzClassify(nil, lcRecover(h.l.Discard)), want)
 		}
 	case 9:
 		if h := r.handle(arg); h != nil {
 			want := m.detach(h.rec)
 			var c *conn
-			got := fzClassify(nil, fzCall(func() { c = h.l.Detach() }))
+			got := fzClassify(nil, lcRecover(func() { c = h.l.Detach() }))
 			if c != nil {
 				got.id = c.id
 				r.h.detached(c)
@@ -993,7 +986,7 @@ func (r *fzRun) step(op, arg byte) {
 				want = fzOutcome{kind: fzOK, id: h.rec.id}
 			}
 			var c *conn
-			got := fzClassify(nil, fzCall(func() { c = h.l.Value() }))
+			got := fzClassify(nil, lcRecover(func() { c = h.l.Value() }))
 			if c != nil {
 				got.id = c.id
 			}
@@ -1001,7 +994,7 @@ func (r *fzRun) step(op, arg byte) {
 		}
 	case 11:
 		want := m.clear()
-		r.expect("Clear", fzClassify(nil, fzCall(r.p.Clear)), want)
+		r.expect("Clear", fzClassify(nil, lcRecover(r.p.Clear)), want)
 	case 12:
 		if arg%4 == 0 { // rarely: the script ends soon after
 			r.close(false)
@@ -1049,7 +1042,7 @@ func (r *fzRun) close(shutdown bool) {
 		cancel()
 	}
 	var err error
-	rec := fzCall(func() {
+	rec := lcRecover(func() {
 		if shutdown {
 			err = r.p.Shutdown(ctx)
 		} else {
