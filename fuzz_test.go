@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -321,6 +322,17 @@ type fzModel struct {
 	waitedOK                int64
 	// destroyErrs counts Destroy errors since the caller last reset it.
 	destroyErrs int
+	faults      int // faults injected: failures and panics of user code
+}
+
+// next takes the fault scheduled for a hook's next call, counting the
+// ones that make it fail or panic.
+func (m *fzModel) next(q *[]fzFault) fzFault {
+	f := fzNext(q)
+	if f == fzFail || f == fzBoom || f == fzNotReadyFail {
+		m.faults++
+	}
+	return f
 }
 
 func (m *fzModel) bypass() bool { return m.closed || len(m.waiters) > 0 }
@@ -459,7 +471,7 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 		return fzOutcome{kind: fzCanceled}
 	}
 	m.factoryCalls++
-	switch fzNext(&m.plan.create) {
+	switch m.next(&m.plan.create) {
 	case fzFail:
 		m.passOn(0)
 		return fzOutcome{kind: fzCreateErr}
@@ -515,7 +527,7 @@ func (m *fzModel) needsCheck(it *fzItem) bool {
 // prepare runs IsReady (and Prepare) on it: fzFine, fzFail or fzBoom.
 func (m *fzModel) prepare(it *fzItem) fzFault {
 	m.prepCalls++
-	switch fzNext(&m.plan.prep) {
+	switch m.next(&m.plan.prep) {
 	case fzBoom:
 		return fzBoom
 	case fzFail, fzNotReadyFail:
@@ -571,7 +583,7 @@ func (m *fzModel) destroy(id int, why reason) (boom bool) {
 	case reasonLifetime:
 		m.st.LifetimeExpired++
 	}
-	switch fzNext(&m.plan.destroy) {
+	switch m.next(&m.plan.destroy) {
 	case fzFail:
 		m.destroyErrs++
 	case fzBoom:
@@ -605,7 +617,7 @@ func (m *fzModel) release(rec *fzLeaseRec) fzOutcome {
 	rec.ended = true
 	id := rec.id
 	if m.reset {
-		switch fzNext(&m.plan.reset) {
+		switch m.next(&m.plan.reset) {
 		case fzFail:
 			return m.panicked(m.destroyAndFree(id, reasonReset), "")
 		case fzBoom:
@@ -671,7 +683,7 @@ func (m *fzModel) clear() fzOutcome {
 	for !m.closed && m.held+len(m.queue) < m.maxSize && len(m.waiters) == 0 && len(m.queue)+m.parked() < m.minSize {
 		m.held++
 		m.factoryCalls++
-		switch fzNext(&m.plan.create) {
+		switch m.next(&m.plan.create) {
 		case fzFail: // ends the refill quietly
 			m.passOn(0)
 			return fzOutcome{}
@@ -715,6 +727,7 @@ type fzRun struct {
 	m       *fzModel
 	handles []fzHandle
 	steps   int
+	checks  int // comparisons of the whole state with the model's
 	// timeouts counts the leases that timed out: each waits for a real
 	// timer, which takes a millisecond, so a script gets fzMaxTimeouts.
 	timeouts int
@@ -1064,6 +1077,7 @@ func (r *fzRun) close(shutdown bool) {
 // check compares the pool's state with the model's after a step.
 func (r *fzRun) check() {
 	r.t.Helper()
+	r.checks++
 	m := r.m
 	got, want := r.p.Stats(), m.expectedStats()
 	if got.Waits == 0 && got.WaitTime != 0 || got.WaitTime < 0 {
@@ -1201,6 +1215,25 @@ func fzPlay(t *testing.T, script []byte) {
 		r.step(ops[i], ops[i+1])
 	}
 	r.finish()
+	fzTally(r)
+}
+
+// fzTally appends, when the environment variable POOL_FUZZ_TALLY names a
+// file, one line per script played: its steps, the faults it injected and
+// the comparisons of the whole state made. Fuzzing runs scripts in worker
+// processes that are killed at the end, so this is how its figures are
+// counted (see the README's How it is tested).
+func fzTally(r *fzRun) {
+	name := os.Getenv("POOL_FUZZ_TALLY")
+	if name == "" {
+		return
+	}
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		r.t.Fatalf("POOL_FUZZ_TALLY: %v", err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%d %d %d\n", r.steps, r.m.faults, r.checks)
 }
 
 // fzScript builds a script: two configuration bytes, then (opcode,
