@@ -37,13 +37,14 @@ import (
 // a failure or a panic.
 //
 // Determinism. The model predicts which item each lease gets, so the test
-// runs the pool with GOMAXPROCS 1: one processor, so one slot of the idle
-// ring in use, which the model keeps as the most recently released item in
-// front of the FIFO queue, as SPEC.md's idle order says. Every goroutine
-// the script starts is waited for before the next step, so at most one
-// goroutine touches the pool at a time, and the order in which user code
-// runs (and so which scheduled fault it meets) is the model's order.
-// Interleavings across processors are left to the stress and soak tests.
+// gives the pool's idle ring a single slot: whichever processor (or, in the
+// poolportable build, whichever hint) a goroutine runs on, the slot holds
+// the most recently released item, in front of the FIFO queue, as SPEC.md's
+// idle order says; the model keeps it so. Every goroutine the script starts
+// is waited for before the next step, so one goroutine at a time uses the
+// pool, and the order in which user code runs (and so which scheduled fault
+// it meets) is the model's order. Several slots, and interleavings across
+// processors, are left to the ring, stress and soak tests.
 
 // fzFault is what the next call of a hook does.
 type fzFault uint8
@@ -787,6 +788,7 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	p.g.slots.s, p.g.slots.mask = p.g.slots.s[:1], 0 // one slot: see Determinism above
 	clk := &fakeClock{}
 	p.clock = clk.now
 	// Seeding read the real clock: put the seeded items on the fake one,
@@ -1207,9 +1209,11 @@ func fzPlay(t *testing.T, script []byte) {
 	if len(script) < 2 {
 		script = append(script, 0, 0)
 	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	r := newFzRun(t, script[0], script[1])
-	defer r.p.Close()
+	defer func() { // also when a step failed: then no fault may go off in Close
+		r.h.schedule(func(p *fzPlan) { *p = fzPlan{} })
+		_ = lcRecover(func() { _ = r.p.Close() })
+	}()
 	ops := script[2:]
 	for i := 0; i+1 < len(ops) && i < 2*fzMaxOps; i += 2 {
 		r.step(ops[i], ops[i+1])
