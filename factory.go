@@ -14,6 +14,14 @@ import (
 // bounded by Options.CreateTimeout. A Create that ignores its context holds
 // its permit until it returns, so bound your dials.
 //
+// A panic in Create reaches the Lease that waits for it (the pool stays
+// consistent); in a creation whose caller gave up it counts as a failed
+// creation. A Create that calls runtime.Goexit (t.FailNow in a test) ends
+// the caller's goroutine when it runs there (for a ctx that cannot end), as
+// Goexit does; when it runs on a goroutine of its own (for a ctx that can),
+// the waiting Lease panics with a message saying so. The permit comes back
+// either way.
+//
 // Create may be called from several goroutines at once.
 type Factory[T any] interface {
 	Create(ctx context.Context) (T, error)

@@ -70,7 +70,11 @@ type Options[T any] struct {
 	Reset func(item T) error `json:"-"`
 
 	// Destroy disposes of an item the pool lets go of. nil: Close() when the
-	// item is an io.Closer, nothing otherwise.
+	// item is an io.Closer, nothing otherwise. The item counts as destroyed
+	// however Destroy ends; a panic reaches the call that destroyed it
+	// (Lease, Release, Discard, Clear, Close), except for an item that a
+	// creation its caller gave up on delivers after Close: no caller
+	// exists, and that panic is dropped.
 	Destroy func(item T) error `json:"-"`
 
 	// MeterProvider receives the pool's OpenTelemetry instruments (see the
