@@ -1,23 +1,30 @@
 package pool
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"runtime/debug"
+)
 
 // The sentinel errors. Every error the pool returns either is one of these,
 // wraps one of them, is the caller's ctx.Err(), or wraps an error returned by
 // user code (the Factory or the Preparer). Test with errors.Is.
 var (
-	// ErrClosed is returned by Lease and TryLease on a closed pool, and to
-	// every waiter that Close wakes.
+	// ErrClosed is returned, wrapped with the pool's name, by Lease and
+	// TryLease on a closed pool, and to every lease that was waiting when
+	// the pool closed.
 	ErrClosed = errors.New("pool: closed")
 
-	// ErrLeaseTimeout is returned when Options.LeaseTimeout elapses before a
-	// permit is free. The returned error wraps it with the pool's name,
-	// MaxSize and the time waited. It is not context.DeadlineExceeded: a wait
-	// ended by the caller's own deadline returns ctx.Err() instead.
+	// ErrLeaseTimeout is returned when Options.LeaseTimeout elapses while a
+	// lease waits for an item, all MaxSize being in use. The returned error
+	// wraps it with the pool's name, MaxSize and the time waited. It is not
+	// context.DeadlineExceeded: a wait ended by the caller's own deadline
+	// returns ctx.Err() instead.
 	ErrLeaseTimeout = errors.New("pool: lease timeout")
 
-	// ErrExhausted is returned by TryLease when every permit is held (or
-	// other leases are already queued for one).
+	// ErrExhausted is returned by TryLease when MaxSize items are in use (or
+	// other leases are already waiting for one).
 	ErrExhausted = errors.New("pool: exhausted")
 
 	// ErrPreparationTimeout is returned, wrapped, when IsReady and Prepare
@@ -25,6 +32,42 @@ var (
 	ErrPreparationTimeout = errors.New("pool: preparation timeout")
 
 	// ErrInvalidOptions is returned, wrapped with the name of the offending
-	// field, by New when it refuses the options.
+	// field, by New and SetMaxSize when they refuse the options, and by
+	// Options.UnmarshalJSON when a configuration does not decode.
 	ErrInvalidOptions = errors.New("pool: invalid options")
 )
+
+// errNilContext is what an entry point given a nil ctx panics with.
+const errNilContext = "pool: nil Context"
+
+// panicError is a panic of user code raised again away from where it
+// happened: a factory's, on the goroutine of the Lease that waited for it,
+// or a Destroy's, by Close or Clear once the rest of the batch is
+// destroyed. The stack of the panic would be lost there, so it travels in
+// the message; Unwrap gives the original value when it was an error.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+// newPanicError captures v with the current stack. Call it from the
+// deferred function that recovered v: the stack then still holds the
+// frames of the code that panicked.
+func newPanicError(v any) *panicError {
+	stack := debug.Stack()
+	// The first line, "goroutine N [running]:", names a goroutine that may
+	// be gone by the time anyone reads this.
+	if i := bytes.IndexByte(stack, '\n'); i >= 0 {
+		stack = stack[i+1:]
+	}
+	return &panicError{value: v, stack: stack}
+}
+
+func (p *panicError) Error() string {
+	return fmt.Sprintf("%v\n\nthe panic was raised again by the pool; where it happened:\n%s", p.value, p.stack)
+}
+
+func (p *panicError) Unwrap() error {
+	err, _ := p.value.(error)
+	return err
+}

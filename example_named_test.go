@@ -104,5 +104,5 @@ func Example_namedPools() {
 	// WritePool lent a connection to the primary
 	// ReadPool: 2 item(s), 2 idle, 1 lease(s) so far
 	// WritePool: 1 item(s), 1 idle, 1 lease(s) so far
-	// pool: exhausted: pool "WritePool": every permit is held (MaxSize 2)
+	// pool: exhausted: pool "WritePool": every item is in use (MaxSize 2), or other leases are waiting
 }

@@ -415,7 +415,11 @@ func ftRunCase(t *testing.T, hc ftHookCase, kind ftKind) ftFigures {
 	}
 	switch {
 	case (hc.hook == ftIsReady || hc.hook == ftPrepare) && kind != ftPanic:
-		assert.Equal(t, uint64(fig.injected), s.PrepareFailed, "every failed or timed-out preparation is counted")
+		// At least: a preparation that succeeds, but only after the 2 ms
+		// PreparationTimeout (a slow moment under -race on two cores),
+		// counts as failed too (SPEC.md: an elapsed PreparationTimeout
+		// fails the preparation), and which ones do is up to the scheduler.
+		assert.GreaterOrEqual(t, s.PrepareFailed, uint64(fig.injected), "every failed or timed-out preparation is counted")
 	case hc.hook == ftReset && kind != ftHang:
 		assert.GreaterOrEqual(t, s.Destroyed, uint64(fig.injected), "every failed Reset destroys its item")
 	}
@@ -660,7 +664,7 @@ func (r *ftRun) round(rng *rand.Rand) {
 // that runs the faulted hook; anything else is reported with its stack.
 func (r *ftRun) guard(site ftSite, fn func()) (panicked bool) {
 	defer func() {
-		v := recover()
+		v := panicValue(recover())
 		if v == nil {
 			return
 		}

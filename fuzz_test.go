@@ -233,7 +233,7 @@ func (o fzOutcome) String() string {
 // fzClassify turns what a call returned (or panicked with) into an outcome.
 func fzClassify(err error, recovered any) fzOutcome {
 	if recovered != nil {
-		switch v := recovered.(type) {
+		switch v := panicValue(recovered).(type) {
 		case fzPanic:
 			return fzOutcome{kind: fzPanicked, panic: v}
 		case string:
@@ -389,6 +389,10 @@ func (m *fzModel) leased(id int) fzOutcome {
 
 // lease is Lease (try: TryLease) with a live or a canceled ctx.
 func (m *fzModel) lease(try, canceled bool) fzOutcome {
+	if canceled { // an ended ctx takes nothing, even with an item idle
+		m.st.Canceled++
+		return fzOutcome{kind: fzCanceled}
+	}
 	if !m.bypass() && m.slot != 0 { // the fast path: this processor's slot
 		id := m.slot
 		m.slot = 0
@@ -587,7 +591,9 @@ func (m *fzModel) destroy(id int, why reason) (boom bool) {
 	switch m.next(&m.plan.destroy) {
 	case fzFail:
 		m.destroyErrs++
+		m.st.DestroyErrors++
 	case fzBoom:
+		m.st.DestroyErrors++
 		return true
 	}
 	return false

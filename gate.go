@@ -204,9 +204,15 @@ func (g *gate[T]) setBypass() (cameOn bool) {
 // ends, timeout (if positive) elapses, or the gate closes. On success the
 // caller holds a permit and, when e is not nil, the item that came with it.
 // waited says for how long it waited; expired, that the timeout, not ctx,
-// ended the wait. On error e is nil but in one case (see leave): an item
+// ended the wait. On error e is nil but in one case (see giveUp): an item
 // granted as the caller gave up, on a gate that closed meanwhile; the
 // caller holds its permit and must destroy it.
+//
+// Giving up wins over a grant that arrives at the same instant: a waiter
+// that finds its grant and its ended ctx (or elapsed timeout) both ready
+// passes the grant on and returns the error, whichever case the select
+// chose, as x/sync/semaphore does since go.dev/issue/63615. A caller whose
+// ctx has ended must not walk away with an item.
 func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration) (e *entry[T], waited time.Duration, expired bool, err error) {
 	start := monotime() // outside the lock: this clock is slow on some VMs
 
@@ -219,39 +225,98 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 		}
 		timerC = w.timer.C
 	}
+	if testHooks.beforeWait != nil {
+		testHooks.beforeWait()
+	}
 
-	woken := false
+	granted := false
 	if done := ctx.Done(); done == nil && timerC == nil {
 		// Only a grant (or Close) ends this wait: a plain receive costs
 		// less than a select.
 		<-w.ready
-		woken = true
-		e, err = w.e, w.err
+		granted = true
 	} else {
 		select {
 		case <-w.ready:
-			woken = true
-			e, err = w.e, w.err
+			granted = true
+			select { // both ready? then giving up wins
+			case <-done:
+				err = ctx.Err()
+			case <-timerC:
+				expired, err = true, ErrLeaseTimeout
+			default:
+			}
 		case <-done:
 			err = ctx.Err()
 		case <-timerC:
-			expired = true
-			err = ErrLeaseTimeout
+			expired, err = true, ErrLeaseTimeout
 		}
 	}
-	if w.timer != nil {
-		w.timer.Stop() // since Go 1.23 no stale tick survives Stop
+	if testHooks.afterWait != nil {
+		testHooks.afterWait()
+	}
+	if w.timer != nil && !w.timer.Stop() && !expired {
+		// The timer fired and nobody received its tick. With Go 1.23's
+		// synchronous timer channels no stale tick survives Stop, but
+		// under GODEBUG=asynctimerchan=1 it would wait in the channel and
+		// end the next wait on this waiter at once: use a new timer then.
+		w.timer = nil
 	}
 
-	if !woken {
-		var closed bool
-		if e, closed = g.leave(w); closed {
-			err, expired = ErrClosed, false // Close woke us at this instant: say so
+	switch {
+	case granted && err == nil:
+		e, err = w.e, w.err // the grant: a permit, or Close's ErrClosed
+	case granted:
+		e, err, expired = g.giveUp(w, err, expired)
+	default:
+		if g.leave(w) { // granted after all, as we gave up
+			e, err, expired = g.giveUp(w, err, expired)
 		}
 	}
 	w.e, w.err, w.granted = nil, nil, false
 	g.spare.Put(w)
 	return e, time.Duration(monotime() - start), expired, err
+}
+
+// testHooks, set by tests only, run in await: beforeWait after the timer
+// is armed and before the wait, afterWait right after it. A test uses them
+// to make a grant and a cancellation ready at the same instant, or to let
+// the timer fire just after a grant.
+var testHooks struct{ beforeWait, afterWait func() }
+
+// leave takes a waiter that gave up (canceled or timed out) out of the
+// queue, and reports whether a grant raced with the giving up. A grant
+// happened before leave took the lock if and only if granted is set;
+// otherwise removing the waiter under the lock makes every later grant
+// skip it. When it reports true the grant is w's, token received, for the
+// caller to give up with giveUp.
+func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
+	g.mu.Lock()
+	if !w.granted {
+		g.waiters.remove(w)
+		g.setBypass()
+		g.mu.Unlock()
+		return false
+	}
+	g.mu.Unlock()
+	<-w.ready // the granter's unlock sends it, if it has not yet
+	return true
+}
+
+// giveUp ends the wait of w, granted as it gave up with err (expired: by
+// the timeout). A granted permit, with or without an item, is passed on,
+// so it is never lost. When the grant was Close's ErrClosed, giveUp says
+// so instead of err. When the gate closed between the grant and the
+// passing on, the item cannot join the idle queue: giveUp returns it, with
+// its permit still held, for the caller to destroy.
+func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry[T], _ error, _ bool) {
+	if w.err != nil {
+		return nil, ErrClosed, false // Close woke us at this instant: say so
+	}
+	if !g.passOn(w.e) {
+		return w.e, err, expired
+	}
+	return nil, err, expired
 }
 
 // enqueueLocked queues w. When w is the first waiter, the slots' bypass
@@ -264,33 +329,6 @@ func (g *gate[T]) enqueueLocked(w *waiter[T]) {
 			g.passOnLocked(e)
 		}
 	}
-}
-
-// leave takes a waiter that gave up (canceled or timed out) out of the
-// queue. A grant may have raced with the giving up: it happened before leave
-// took the lock if and only if granted is set; otherwise removing the waiter
-// under the lock makes every later grant skip it. A raced grant of a permit
-// (with or without an item) is passed on, so it is never lost; leave reports
-// whether the grant was Close's ErrClosed instead. When the gate closed
-// between the grant and the passing on, the item cannot join the idle queue:
-// leave returns it, with its permit still held, for the caller to destroy.
-func (g *gate[T]) leave(w *waiter[T]) (stranded *entry[T], closed bool) {
-	g.mu.Lock()
-	if !w.granted {
-		g.waiters.remove(w)
-		g.setBypass()
-		g.mu.Unlock()
-		return nil, false
-	}
-	g.mu.Unlock()
-	<-w.ready // the granter's unlock sends it, if it has not yet
-	if w.err != nil {
-		return nil, true
-	}
-	if !g.passOn(w.e) {
-		return w.e, false
-	}
-	return nil, false
 }
 
 // passOn gives back a permit that the caller holds, with its idle-ready

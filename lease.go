@@ -89,7 +89,7 @@ func (l Lease[T]) Release() {
 // Release it does nothing on an ended lease.
 func (l Lease[T]) Discard() {
 	if l.end() {
-		l.e.pool.destroyAndFree(l.e, reasonDiscard)
+		l.e.pool.dispose(l.e, reasonDiscard)
 	}
 }
 

@@ -734,7 +734,7 @@ func TestLifecycleCloseDestroyPanicStillDestroysTheRest(t *testing.T) {
 	}
 
 	v := lcRecover(func() { _ = p.Close() })
-	assert.Equal(t, "lc: Destroy panic", v, "the panic reaches Close's caller")
+	assert.Equal(t, "lc: Destroy panic", panicValue(v), "the panic reaches Close's caller")
 	mu.Lock()
 	assert.ElementsMatch(t, []int{1, 2, 3}, destroyed, "every idle item is destroyed")
 	mu.Unlock()
@@ -826,7 +826,7 @@ func TestLifecycleFactoryPanicReachesCaller(t *testing.T) {
 
 			for i := range maxSize + 1 { // more panics than permits
 				v := lcRecover(func() { _, _ = p.Lease(kind.ctx(t)) })
-				assert.Equal(t, "lc: factory panic", v, "panic %d reaches the caller", i)
+				assert.Equal(t, "lc: factory panic", panicValue(v), "panic %d reaches the caller", i)
 				require.Zero(t, p.Stats().ActiveLeases, "after panic %d every permit is in place", i)
 			}
 

@@ -61,7 +61,7 @@ var durationBuckets = []float64{0, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005
 type metrics struct {
 	waitTime, prepTime, createTime    metric.Float64Histogram
 	leaseErrors, prepErrors, created  metric.Int64Counter
-	destroyed, leaked                 metric.Int64Counter
+	destroyed, destroyErrs, leaked    metric.Int64Counter
 	allocated, available, active, que metric.Int64ObservableGauge
 	granted                           metric.Int64ObservableCounter
 	utilization                       metric.Float64ObservableGauge
@@ -121,21 +121,22 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	}
 	m.allocated = gauge("pool.items.allocated", "{item}", "Items the pool accounts for: leased, idle, being created or destroyed.")
 	m.available = gauge("pool.items.available", "{item}", "Idle items.")
-	m.active = gauge("pool.leases.active", "{lease}", "Permits held by leases, creations and destructions.")
-	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for a permit.")
+	m.active = gauge("pool.leases.active", "{lease}", "Items in use: leased, or being created or destroyed.")
+	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for an item, MaxSize being in use.")
 	m.utilization, err = meter.Float64ObservableGauge("pool.utilization", metric.WithUnit("1"),
 		metric.WithDescription("pool.leases.active / pool.items.allocated; 0 when nothing is allocated."))
 	check(err)
 	m.granted, err = meter.Int64ObservableCounter("pool.leases.granted", metric.WithUnit("{lease}"),
 		metric.WithDescription("Successful leases."))
 	check(err)
-	m.waitTime = histogram("pool.lease.wait_time", "Time a successful lease queued for a permit; leases served without queueing are not recorded.")
+	m.waitTime = histogram("pool.lease.wait_time", "Time a successful lease waited for an item; leases served at once are not recorded.")
 	m.leaseErrors = counter("pool.lease.errors", "{error}", "Failed leases, by error.type.")
 	m.prepTime = histogram("pool.preparation.time", "Time of IsReady plus Prepare on one item.")
 	m.createTime = histogram("pool.items.create_time", "Time of one factory call, successful or not.")
 	m.prepErrors = counter("pool.preparation.errors", "{error}", "Failed preparations: IsReady or Prepare failed or timed out.")
 	m.created = counter("pool.items.created", "{item}", "Successful factory calls.")
 	m.destroyed = counter("pool.items.destroyed", "{item}", "Items destroyed, by reason.")
+	m.destroyErrs = counter("pool.items.destroy_errors", "{error}", "Destroy calls that returned an error or panicked; the item counts as destroyed all the same.")
 	m.leaked = counter("pool.leases.leaked", "{lease}", "Leases found unreachable without Release, Discard or Detach.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: pool %q: make instruments: %w", ErrInvalidOptions, name, err)
@@ -191,6 +192,9 @@ func (m *metrics) leaseFailed(ctx context.Context, t errType) {
 	m.leaseErrors.Add(ctx, 1, m.errAdd[t]...)
 }
 
-func (m *metrics) itemDestroyed(why reason) {
+func (m *metrics) itemDestroyed(why reason, failed bool) {
 	m.destroyed.Add(context.Background(), 1, m.reasonAdd[why]...)
+	if failed {
+		m.destroyErrs.Add(context.Background(), 1, m.add...)
+	}
 }

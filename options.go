@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"reflect"
 	"strconv"
@@ -102,12 +103,27 @@ type Options[T any] struct {
 	// and each item about 300 bytes more; still no allocation per lease. For
 	// tests, debugging, or a service hunting a leak.
 	TrackLeaseSites bool
+
+	// Logger receives, at Warn, the errors that have no caller to return
+	// to: a Destroy or Reset that fails on Release or Discard, on expiry or
+	// in the background; a creation whose lease gave up on it; Clear's
+	// refill. Each record carries the pool's name as pool.name and the
+	// error as err. nil: not logged (they are still counted in Stats).
+	Logger *slog.Logger `json:"-"`
 }
 
 // withDefaults returns o with the defaults filled in and checks the result.
 func (o Options[T]) withDefaults() (Options[T], error) {
 	if o.Name == "" {
 		o.Name = defaultName[T]()
+	}
+	// A typed nil in an interface is no value: a nil *sdkmetric.MeterProvider
+	// would panic inside the SDK, a nil Preparer on every lease.
+	if isNil(o.MeterProvider) {
+		o.MeterProvider = nil
+	}
+	if isNil(o.Preparer) {
+		o.Preparer = nil
 	}
 	if o.MaxSize == 0 {
 		o.MaxSize = DefaultMaxSize

@@ -21,7 +21,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 	"weak"
@@ -34,6 +36,10 @@ type Pool[T any] struct {
 	factory Factory[T]
 	opts    Options[T] // with defaults; immutable after New
 	destroy func(T) error
+
+	// nillable: T has a nil value (pointer, interface, map, slice, chan,
+	// func), which a factory must not return as an item.
+	nillable bool
 
 	// judge: a lease must look at an idle item before handing it out
 	// (expiry or preparation). stamp: a release must read the clock.
@@ -53,67 +59,79 @@ type Pool[T any] struct {
 	m     *metrics  // nil without a MeterProvider: see metrics.go
 	leaks *leakSink // what the entries' cleanups reach: see lease.go
 
-	errExhausted error // made once: a failing TryLease allocates nothing
+	// Made once, so that a failing lease allocates nothing.
+	errExhausted, errClosed error
 }
 
 // counters are the Stats figures that cannot be derived from the gate and
 // that no lease writes on its way: those (Leases, Waits, WaitTime) are kept
 // per processor in the idle ring's slots.
 type counters struct {
-	timeouts, canceled                        atomic.Uint64
-	created, destroyed, detached              atomic.Uint64
-	idleExpired, lifetimeExpired, prepareFail atomic.Uint64
+	timeouts, canceled, prepareFail atomic.Uint64
+
+	// The item counts change only under mu, and Stats reads them under it,
+	// so that every snapshot keeps the relations Stats promises between
+	// them. Separate atomics, read one after the other, cannot: a Destroyed
+	// read after a Created can count an item created after that read. They
+	// change on creation and destruction only, never on a lease of an idle
+	// item, so the lock costs a fraction of what a factory call does.
+	mu                                         sync.Mutex
+	created, destroyed, detached               uint64
+	idleExpired, lifetimeExpired, destroyFails uint64
 }
 
 // Stats is a snapshot of a pool's state and of what it has done since New.
-// The gauges are derived from the capacity gate and the idle queue, never
-// kept as a second count.
+// The figures about items in use are derived from the pool's own
+// bookkeeping, never kept as a second count.
 type Stats struct {
 	Name             string
 	MinSize, MaxSize int
 
 	// ItemsAllocated is ActiveLeases + ItemsAvailable: the items the pool
-	// accounts for (leased, idle, being created or being destroyed).
+	// accounts for (leased, idle, being created or being destroyed). It
+	// never exceeds MaxSize.
 	ItemsAllocated int
-	// ItemsAvailable is the number of idle items, in the idle queue or
-	// parked in a processor's slot.
+	// ItemsAvailable is the number of idle items, ready to be leased.
 	ItemsAvailable int
-	// ActiveLeases is the permits held, less those of items parked in
-	// slots: leased items, plus creations and destructions in progress.
-	// Items move in and out of the slots without a lock, so the split
-	// between ActiveLeases and ItemsAvailable is a moment's estimate;
-	// their sum is exact.
+	// ActiveLeases is the number of items in use: leased, or being created
+	// or destroyed. An item released at the instant of the snapshot may be
+	// counted here rather than in ItemsAvailable; their sum is exact.
 	ActiveLeases int
-	// QueuedLeases is the number of leases waiting for a permit now.
+	// QueuedLeases is the number of leases waiting now, MaxSize items being
+	// in use.
 	QueuedLeases int
 
 	// Leases counts successful Lease and TryLease calls.
 	Leases uint64
-	// Waits counts leases that had to queue for a permit, whatever the
-	// outcome; WaitTime is the total time they spent queued. A lease served
-	// without queueing adds to neither.
+	// Waits counts leases that had to wait for an item, whatever the
+	// outcome; WaitTime is the total time they waited. A lease served at
+	// once adds to neither.
 	Waits    uint64
 	WaitTime time.Duration
 	// Timeouts counts leases that failed with ErrLeaseTimeout.
 	Timeouts uint64
 	// Canceled counts leases ended by the caller's ctx (canceled or past its
-	// deadline): while queued, creating or preparing.
+	// deadline): before they started, while waiting, creating or preparing.
 	Canceled uint64
 
 	// Created counts successful factory calls; Destroyed, items the pool
-	// destroyed (whatever Destroy returned); Detached, items taken out with
-	// Lease.Detach. At rest, Created == Destroyed + Detached + ItemsAllocated;
-	// at every instant Created - Destroyed - Detached <= MaxSize. (Stats
-	// reads Created before the other two, so a snapshot never shows more.)
+	// destroyed (whatever Destroy did); Detached, items taken out with
+	// Lease.Detach. In every snapshot Destroyed + Detached <= Created, and
+	// Created - Destroyed - Detached (the items in existence) <= MaxSize;
+	// at rest, Created == Destroyed + Detached + ItemsAllocated.
 	Created, Destroyed, Detached uint64
 	// IdleExpired and LifetimeExpired count items destroyed for exceeding
 	// IdleTimeout and MaxLifetime; PrepareFailed, items destroyed because
 	// IsReady or Prepare failed or timed out.
 	IdleExpired, LifetimeExpired, PrepareFailed uint64
+	// DestroyErrors counts Destroy calls that returned an error or
+	// panicked. Each such item still counts as destroyed.
+	DestroyErrors uint64
 
 	// Leaked counts the leaked leases the garbage collector has found: ones
 	// that became unreachable without Release, Discard or Detach. A leaked
-	// lease keeps its permit, so it still counts in ActiveLeases.
+	// lease's item stays in use for good, so it still counts in
+	// ActiveLeases and against MaxSize.
 	Leaked uint64
 }
 
@@ -134,8 +152,11 @@ const (
 // creating opts.MinSize items. It returns an error wrapping
 // ErrInvalidOptions when opts (or f) is invalid; when a factory call fails
 // while seeding, it destroys the items already created and returns that
-// error. ctx bounds only the seeding.
+// error. ctx bounds only the seeding; New panics when it is nil.
 func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], error) {
+	if ctx == nil {
+		panic(errNilContext)
+	}
 	if isNil(f) {
 		return nil, fmt.Errorf("%w: the factory is nil", ErrInvalidOptions)
 	}
@@ -148,14 +169,15 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		return nil, err
 	}
 	p := &Pool[T]{
-		factory: f,
-		opts:    opts,
-		destroy: opts.Destroy,
-		judge:   opts.Preparer != nil || opts.IdleTimeout > 0 || opts.MaxLifetime > 0,
-		stamp:   opts.IdleTimeout > 0 || opts.MaxLifetime > 0 || opts.Preparer != nil && opts.CheckAfterIdle > 0,
-		sites:   opts.TrackLeaseSites,
-		epoch:   monotime(),
-		m:       m,
+		factory:  f,
+		opts:     opts,
+		destroy:  opts.Destroy,
+		nillable: canBeNil(reflect.TypeFor[T]()),
+		judge:    opts.Preparer != nil || opts.IdleTimeout > 0 || opts.MaxLifetime > 0,
+		stamp:    opts.IdleTimeout > 0 || opts.MaxLifetime > 0 || opts.Preparer != nil && opts.CheckAfterIdle > 0,
+		sites:    opts.TrackLeaseSites,
+		epoch:    monotime(),
+		m:        m,
 	}
 	p.plain = !p.judge && !p.sites
 	if p.destroy == nil {
@@ -167,7 +189,8 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	}
 	p.g.size = opts.MaxSize
 	p.g.slots.init()
-	p.errExhausted = fmt.Errorf("%w: pool %q: every permit is held (MaxSize %d)", ErrExhausted, opts.Name, opts.MaxSize)
+	p.errExhausted = fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d), or other leases are waiting", ErrExhausted, opts.Name, opts.MaxSize)
+	p.errClosed = fmt.Errorf("%w: pool %q", ErrClosed, opts.Name)
 	p.done, p.cancel = context.WithCancel(context.Background())
 	if err := p.seed(ctx); err != nil {
 		p.cancel()
@@ -183,15 +206,22 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	return p, nil
 }
 
-// isNil reports whether f is nil or holds a nil pointer, func, map, slice,
-// channel or interface, which would panic on the first creation.
-func isNil[T any](f Factory[T]) bool {
-	if f == nil {
+// isNil reports whether v is nil or holds a nil pointer, func, map, slice,
+// channel or interface: a typed nil, which an interface-valued option or
+// the factory must not be taken for a value.
+func isNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	switch v := reflect.ValueOf(f); v.Kind() {
-	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
-		return v.IsNil()
+	rv := reflect.ValueOf(v)
+	return canBeNil(rv.Type()) && rv.IsNil()
+}
+
+// canBeNil reports whether values of t can be nil.
+func canBeNil(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return true
 	}
 	return false
 }
@@ -237,20 +267,28 @@ func (p *Pool[T]) now() int64 {
 // fewer than MaxSize exist, or waits in FIFO order for one to be released.
 // The wait ends with ErrLeaseTimeout after Options.LeaseTimeout, with
 // ctx.Err() when ctx ends first, and with ErrClosed when the pool closes.
-// A failed creation or preparation of a fresh item returns its error,
-// wrapped. The caller must end the lease: defer l.Release().
+// A ctx that has already ended gets ctx.Err() at once, even when an item
+// is idle. A failed creation or preparation of a fresh item returns its
+// error, wrapped. The caller must end the lease: defer l.Release().
+// Lease panics when ctx is nil.
 func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
 	return p.lease(ctx, true)
 }
 
-// TryLease is Lease without the wait for a permit: when every permit is
-// held, or other leases already queue for one, it returns ErrExhausted at
-// once. It may still create and prepare an item, within ctx.
+// TryLease is Lease without the wait: when MaxSize items are in use, or
+// other leases already wait for one, it returns ErrExhausted at once. It
+// may still create and prepare an item, within ctx.
 func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 	return p.lease(ctx, false)
 }
 
 func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
+	if ctx == nil {
+		panic(errNilContext)
+	}
+	if err := ctx.Err(); err != nil {
+		return p.leaseFailed(ctx, errCanceled, err) // gave up already: take nothing
+	}
 	// The fast path: an idle item parked in this processor's slot (see
 	// ring.go for the protocol; this is its "take", written out here, as
 	// park is in release: the two calls cost 1.5 ns of a 35 ns
@@ -287,20 +325,18 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 	var waited time.Duration
 	switch {
 	case err == ErrClosed:
-		p.leaseFailed(ctx, errClosed)
-		return Lease[T]{}, err
+		return p.leaseFailed(ctx, errClosed, p.errClosed)
 	case err != nil: // ctx had ended before the lease could queue
-		p.c.canceled.Add(1)
-		p.leaseFailed(ctx, errCanceled)
-		return Lease[T]{}, err
+		return p.leaseFailed(ctx, errCanceled, err)
 	case !ok && w == nil:
-		p.leaseFailed(ctx, errExhausted)
-		return Lease[T]{}, p.errExhausted
+		return p.leaseFailed(ctx, errExhausted, p.errExhausted)
 	case !ok:
 		var expired bool
 		e, waited, expired, err = p.g.await(ctx, w, p.opts.LeaseTimeout)
 		if err != nil && e != nil {
-			p.destroyAndFree(e, reasonClose) // stranded by Close as we gave up
+			// An item granted as we gave up, on a pool that closed
+			// meanwhile: nobody else may have it.
+			p.dispose(e, reasonClose)
 		}
 		s := p.g.slots.mine()
 		s.waits.Add(1)
@@ -308,16 +344,12 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 		switch {
 		case err == nil:
 		case expired:
-			p.c.timeouts.Add(1)
-			p.leaseFailed(ctx, errTimeout)
-			return Lease[T]{}, fmt.Errorf("%w: pool %q: every item stayed leased (MaxSize %d) for %v", ErrLeaseTimeout, p.opts.Name, p.opts.MaxSize, waited.Round(time.Millisecond))
+			return p.leaseFailed(ctx, errTimeout, fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v",
+				ErrLeaseTimeout, p.opts.Name, p.opts.MaxSize, waited.Round(time.Millisecond)))
 		case err == ErrClosed:
-			p.leaseFailed(ctx, errClosed)
-			return Lease[T]{}, err
+			return p.leaseFailed(ctx, errClosed, p.errClosed)
 		default:
-			p.c.canceled.Add(1)
-			p.leaseFailed(ctx, errCanceled)
-			return Lease[T]{}, err
+			return p.leaseFailed(ctx, errCanceled, err)
 		}
 	}
 	e, failed, err := p.obtain(ctx, e)
@@ -328,11 +360,9 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 		if errors.Is(err, ErrClosed) {
 			failed = errClosed
 		} else if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			p.c.canceled.Add(1)
 			failed = errCanceled
 		}
-		p.leaseFailed(ctx, failed)
-		return Lease[T]{}, err
+		return p.leaseFailed(ctx, failed, err)
 	}
 	p.g.slots.mine().leases.Add(1)
 	if p.m != nil && w != nil {
@@ -344,11 +374,19 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 	return Lease[T]{e: e, gen: e.gen.Load()}, nil
 }
 
-// leaseFailed counts a failed lease in pool.lease.errors.
-func (p *Pool[T]) leaseFailed(ctx context.Context, t errType) {
+// leaseFailed counts a failed lease of type t, in Stats and in
+// pool.lease.errors, and returns err.
+func (p *Pool[T]) leaseFailed(ctx context.Context, t errType, err error) (Lease[T], error) {
+	switch t {
+	case errCanceled:
+		p.c.canceled.Add(1)
+	case errTimeout:
+		p.c.timeouts.Add(1)
+	}
 	if p.m != nil {
 		p.m.leaseFailed(ctx, t)
 	}
+	return Lease[T]{}, err
 }
 
 // obtain turns a held permit into a ready item: e (an item that came with
@@ -360,9 +398,9 @@ func (p *Pool[T]) leaseFailed(ctx context.Context, t errType) {
 func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed errType, err error) {
 	done := false
 	defer func() {
-		if !done { // an error, or a panic on its way to the caller
+		if !done { // an error, or a panic or Goexit on its way out
 			if e != nil {
-				p.destroyAndFree(e, reasonPrepare)
+				p.dispose(e, reasonPrepare)
 			} else {
 				p.g.passOn(nil)
 			}
@@ -403,7 +441,7 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 		}
 		victim := e
 		e = nil
-		p.destroyItem(victim, why)
+		p.destroyLogged(victim, why)
 		if err != nil && ctx.Err() != nil {
 			return nil, errCanceled, ctx.Err() // the caller gave up: don't try the next one
 		}
@@ -419,7 +457,7 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 		if err = p.prepare(ctx, e); err != nil {
 			victim := e
 			e = nil
-			p.destroyItem(victim, reasonPrepare)
+			p.destroyLogged(victim, reasonPrepare)
 			return nil, errPrepare, err
 		}
 	}
@@ -462,6 +500,11 @@ func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
 	if err == nil && !ready {
 		err = p.opts.Preparer.Prepare(pctx, e.value)
 	}
+	if err == nil && pctx != ctx && ctx.Err() == nil {
+		// A Preparer that ignored its ctx may report success after the
+		// timeout: too late all the same.
+		err = pctx.Err()
+	}
 	if err != nil {
 		p.c.prepareFail.Add(1)
 		if p.m != nil {
@@ -485,7 +528,7 @@ type creation[T any] struct {
 	e        *entry[T]
 	err      error
 	panicked bool
-	panicVal any
+	panicVal any // a *panicError, or errFactoryGoexit
 }
 
 const (
@@ -521,7 +564,7 @@ func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, er
 		<-c.done // finished at this instant: take the result
 	}
 	if c.panicked {
-		panic(c.panicVal)
+		panic(c.panicVal) // a *panicError, with the factory's stack
 	}
 	return c.e, false, c.err
 }
@@ -536,7 +579,9 @@ func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
 	c.panicked = true // until createDetached returns
 	defer func() {
 		if c.panicked {
-			if c.panicVal = recover(); c.panicVal == nil {
+			if v := recover(); v != nil {
+				c.panicVal = newPanicError(v)
+			} else {
 				c.panicVal = errFactoryGoexit // recover returns nil for a Goexit
 			}
 		}
@@ -555,18 +600,36 @@ func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
 var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
 
 // adopt finishes a creation that its caller abandoned: nobody waits for
-// this item. A failure (or a panic) counts as a failed creation and frees
-// the permit; an item goes idle, or to a waiter. On a closed pool the item
-// is destroyed here, on the pool's own goroutine: a Destroy panic has no
-// caller to reach, so it is dropped (the item counts as destroyed and its
-// permit is freed all the same) rather than crash the program.
+// this item. A failure (or a panic) counts as a failed creation, is logged
+// and frees the permit; an item goes idle, or to a waiter. On a closed
+// pool the item is destroyed here, on the pool's own goroutine: a Destroy
+// panic has no caller to reach, so it is logged and dropped (the item
+// counts as destroyed and its permit is freed all the same) rather than
+// crash the program.
 func (p *Pool[T]) adopt(c *creation[T]) {
 	if c.panicked || c.err != nil {
+		err := c.err
+		if c.panicked {
+			err = fmt.Errorf("pool %q: create item: the factory panicked: %w", p.opts.Name, asError(c.panicVal))
+		}
+		p.warn("a creation whose lease gave up failed", err)
 		p.g.passOn(nil)
 		return
 	}
-	defer func() { _ = recover() }()
+	defer func() {
+		if v := recover(); v != nil {
+			p.warn("destroy item", fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, asError(newPanicError(v))))
+		}
+	}()
 	p.putBack(c.e)
+}
+
+// asError returns v as an error: itself, or an error that prints it.
+func asError(v any) error {
+	if err, ok := v.(error); ok {
+		return err
+	}
+	return fmt.Errorf("%v", v)
 }
 
 // createDetached calls the factory with a context that keeps ctx's values
@@ -595,7 +658,13 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
 	}
-	p.c.created.Add(1)
+	if p.nillable && isNil(any(v)) {
+		// Nothing to destroy, and nothing a lease could use.
+		return nil, fmt.Errorf("pool %q: create item: the factory returned a nil %v and no error", p.opts.Name, reflect.TypeFor[T]())
+	}
+	p.c.mu.Lock()
+	p.c.created++
+	p.c.mu.Unlock()
 	if p.m != nil {
 		p.m.created.Add(ctx, 1, p.m.add...)
 	}
@@ -623,7 +692,7 @@ func (p *Pool[T]) release(e *entry[T]) {
 	if p.stamp {
 		now := p.now()
 		if p.opts.MaxLifetime > 0 && now-e.created > int64(p.opts.MaxLifetime) {
-			p.destroyAndFree(e, reasonLifetime)
+			p.dispose(e, reasonLifetime)
 			return
 		}
 		e.idleAt = now
@@ -639,15 +708,21 @@ func (p *Pool[T]) release(e *entry[T]) {
 	p.toGate(e)
 }
 
-// reset runs Options.Reset; when it fails or panics the item is destroyed
-// and its permit freed, and reset reports false (or the panic goes on).
+// reset runs Options.Reset; when it fails (the error is logged: Release
+// has no caller to return it to), panics or calls runtime.Goexit, the item
+// is destroyed and its permit freed, and reset reports false (or the panic
+// goes on).
 func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	defer func() {
 		if !ok {
-			p.destroyAndFree(e, reasonReset)
+			p.dispose(e, reasonReset)
 		}
 	}()
-	return p.opts.Reset(e.value) == nil
+	if err := p.opts.Reset(e.value); err != nil {
+		p.warn("reset item; destroying it", fmt.Errorf("pool %q: reset item: %w", p.opts.Name, err))
+		return false
+	}
+	return true
 }
 
 // putBack makes an item whose permit the caller holds idle: parked in this
@@ -663,7 +738,7 @@ func (p *Pool[T]) putBack(e *entry[T]) {
 // toGate is putBack without the slots.
 func (p *Pool[T]) toGate(e *entry[T]) {
 	if !p.g.passOn(e) {
-		p.destroyAndFree(e, reasonClose)
+		p.dispose(e, reasonClose)
 	}
 }
 
@@ -671,16 +746,22 @@ func (p *Pool[T]) toGate(e *entry[T]) {
 func (p *Pool[T]) detach(e *entry[T]) T {
 	e.cleanup.Stop() // the entry is garbage from now on, not a leak
 	v := e.value
-	p.c.detached.Add(1)
+	p.c.mu.Lock()
+	p.c.detached++
+	p.c.mu.Unlock()
 	p.g.passOn(nil)
 	return v
 }
 
-// destroyItem disposes of an item and counts it, also when Destroy panics.
-func (p *Pool[T]) destroyItem(e *entry[T], why reason) error {
+// destroyItem disposes of an item and counts it, also when Destroy panics
+// or calls runtime.Goexit, which count as failed Destroy calls.
+func (p *Pool[T]) destroyItem(e *entry[T], why reason) (err error) {
 	e.cleanup.Stop() // the entry is garbage from now on, not a leak
-	defer p.countDestroyed(why)
-	if err := p.destroy(e.value); err != nil {
+	returned := false
+	defer func() { p.countDestroyed(why, !returned || err != nil) }()
+	err = p.destroy(e.value)
+	returned = true
+	if err != nil {
 		return fmt.Errorf("pool %q: destroy item: %w", p.opts.Name, err)
 	}
 	return nil
@@ -693,50 +774,111 @@ func (p *Pool[T]) destroyAndFree(e *entry[T], why reason) error {
 	return p.destroyItem(e, why)
 }
 
-// destroyAll destroys items whose permits the caller holds and frees the
-// permits. Every item is destroyed even when a Destroy panics; the first
-// panic is raised again at the end.
-func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
-	var errs []error
-	var panicVal any
-	panicked := false
-	for _, e := range es {
-		func() {
-			defer func() {
-				if r := recover(); r != nil && !panicked {
-					panicked, panicVal = true, r
-				}
-			}()
-			if err := p.destroyAndFree(e, why); err != nil {
-				errs = append(errs, err)
-			}
-		}()
+// destroyLogged is destroyItem for a caller that has nobody to return a
+// Destroy error to: the error is logged.
+func (p *Pool[T]) destroyLogged(e *entry[T], why reason) {
+	if err := p.destroyItem(e, why); err != nil {
+		p.warn("destroy item", err)
 	}
-	if panicked {
-		panic(panicVal)
-	}
-	return errors.Join(errs...)
 }
 
-func (p *Pool[T]) countDestroyed(why reason) {
+// dispose is destroyAndFree for a caller that has nobody to return a
+// Destroy error to: the error is logged.
+func (p *Pool[T]) dispose(e *entry[T], why reason) {
+	if err := p.destroyAndFree(e, why); err != nil {
+		p.warn("destroy item", err)
+	}
+}
+
+// warn logs, through Options.Logger, an error that has no caller to go to.
+func (p *Pool[T]) warn(msg string, err error) {
+	if l := p.opts.Logger; l != nil {
+		l.LogAttrs(context.Background(), slog.LevelWarn, "pool: "+msg,
+			slog.String("pool.name", p.opts.Name), slog.Any("err", err))
+	}
+}
+
+// destroyAll destroys items whose permits the caller holds and frees the
+// permits. Every item is destroyed whatever a Destroy does: errors are
+// joined into the result; the first panic is raised again, with its stack,
+// once the rest are destroyed; a runtime.Goexit (t.FailNow in a test's
+// Destroy) ends the calling goroutine, as Goexit must, but only after the
+// rest are destroyed, by the deferred call that Goexit runs on its way out.
+func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
+	b := destroyBatch[T]{p: p, es: es, why: why}
+	b.run()
+	if b.panicked != nil {
+		panic(b.panicked)
+	}
+	return errors.Join(b.errs...)
+}
+
+// destroyBatch is the state of a destroyAll, kept where a deferred call
+// can finish it.
+type destroyBatch[T any] struct {
+	p        *Pool[T]
+	es       []*entry[T] // not destroyed yet
+	why      reason
+	errs     []error
+	panicked *panicError // the first Destroy panic
+}
+
+func (b *destroyBatch[T]) run() {
+	for len(b.es) > 0 {
+		e := b.es[0]
+		b.es = b.es[1:]
+		b.destroy(e)
+	}
+}
+
+func (b *destroyBatch[T]) destroy(e *entry[T]) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if v := recover(); v != nil {
+			if b.panicked == nil {
+				b.panicked = newPanicError(v)
+			}
+			return
+		}
+		// runtime.Goexit: the goroutine is ending, and this is the last
+		// code of the batch that runs on it.
+		b.run()
+	}()
+	if err := b.p.destroyAndFree(e, b.why); err != nil {
+		b.errs = append(b.errs, err)
+	}
+	returned = true
+}
+
+func (p *Pool[T]) countDestroyed(why reason, failed bool) {
+	p.c.mu.Lock()
 	switch why {
 	case reasonIdle:
-		p.c.idleExpired.Add(1)
+		p.c.idleExpired++
 	case reasonLifetime:
-		p.c.lifetimeExpired.Add(1)
+		p.c.lifetimeExpired++
 	}
-	p.c.destroyed.Add(1)
+	p.c.destroyed++
+	if failed {
+		p.c.destroyFails++
+	}
+	p.c.mu.Unlock()
 	if p.m != nil {
-		p.m.itemDestroyed(why)
+		p.m.itemDestroyed(why, failed)
 	}
 }
 
 // Clear destroys the idle items, then creates idle items until MinSize are
-// idle, as far as free permits allow: it never creates past MaxSize. Leased
-// items are untouched. A failed creation ends the refill quietly; leases
-// create items on demand.
+// idle, as far as MaxSize allows. Leased items are untouched. Errors have
+// no caller to go to: they are counted and logged. A failed creation ends
+// the refill; leases create items on demand.
 func (p *Pool[T]) Clear() {
-	_ = p.destroyAll(p.g.drainIdle(), reasonClear) // errors have no one to go to
+	if err := p.destroyAll(p.g.drainIdle(), reasonClear); err != nil {
+		p.warn("clear: destroy idle items", err)
+	}
 	for p.refillOne() {
 	}
 }
@@ -750,23 +892,24 @@ func (p *Pool[T]) refillOne() (more bool) {
 	var e *entry[T]
 	defer func() {
 		if e == nil {
-			p.g.passOn(nil) // failed or panicked: the permit goes back
+			p.g.passOn(nil) // failed, panicked or Goexit: the permit goes back
 		}
 	}()
 	var err error
 	if e, err = p.createDetached(context.Background()); err != nil {
+		p.warn("clear: refill to MinSize", err)
 		return false
 	}
 	p.putBack(e)
 	return true
 }
 
-// Close closes the pool: new leases fail with ErrClosed, every waiter is
-// woken with ErrClosed, idle items are destroyed now and leased items when
-// they come back; creations in flight are canceled through their context.
-// The pool's gauges stop reporting; its counters and histograms go on
-// recording what the leases still out do. It returns the joined errors of
-// the destroys it ran. A lease already past the gate may still succeed; its
+// Close closes the pool: new leases fail with ErrClosed, every waiting
+// lease is woken with ErrClosed, idle items are destroyed now and leased
+// items when they come back; creations in flight are canceled through their
+// context. The pool's gauges stop reporting; its counters and histograms go
+// on recording what the leases still out do. It returns the joined errors
+// of the destroys it ran. A lease already under way may still succeed; its
 // item is destroyed on release. Close is idempotent: later calls do nothing
 // and return nil.
 func (p *Pool[T]) Close() error {
@@ -783,42 +926,52 @@ func (p *Pool[T]) Close() error {
 }
 
 // Shutdown closes the pool, then waits until every lease has ended and every
-// creation has finished (the gate's full weight is free), or until ctx ends,
-// when it returns ctx.Err(). A leaked lease holds its permit forever, so only
-// ctx ends such a Shutdown. Errors from Close are joined to the result.
+// creation has finished, or until ctx ends, when it returns ctx.Err(). A
+// leaked lease never ends, so only ctx ends such a Shutdown. On a pool
+// that has drained, Shutdown returns nil (plus Close's errors) even when
+// ctx has already ended. Errors from Close are joined to the result.
+// Shutdown panics when ctx is nil.
 func (p *Pool[T]) Shutdown(ctx context.Context) error {
+	if ctx == nil {
+		panic(errNilContext)
+	}
 	err := p.Close()
+	drained := p.g.whenDrained()
 	select {
-	case <-p.g.whenDrained():
+	case <-drained:
 		return err
 	case <-ctx.Done():
-		return errors.Join(err, ctx.Err())
+		select {
+		case <-drained: // both at once: the pool did drain
+			return err
+		default:
+			return errors.Join(err, ctx.Err())
+		}
 	}
 }
 
 // Stats returns a snapshot of the pool's figures.
 func (p *Pool[T]) Stats() Stats {
-	created := p.c.created.Load() // before Destroyed and Detached: see Stats
 	held, idle, queued, sums := p.g.counts()
-	return Stats{
-		Name:            p.opts.Name,
-		MinSize:         p.opts.MinSize,
-		MaxSize:         p.opts.MaxSize,
-		ItemsAllocated:  held + idle,
-		ItemsAvailable:  idle,
-		ActiveLeases:    held,
-		QueuedLeases:    queued,
-		Leases:          sums.leases,
-		Waits:           sums.waits,
-		WaitTime:        time.Duration(sums.waitTime),
-		Timeouts:        p.c.timeouts.Load(),
-		Canceled:        p.c.canceled.Load(),
-		Created:         created,
-		Destroyed:       p.c.destroyed.Load(),
-		Detached:        p.c.detached.Load(),
-		IdleExpired:     p.c.idleExpired.Load(),
-		LifetimeExpired: p.c.lifetimeExpired.Load(),
-		PrepareFailed:   p.c.prepareFail.Load(),
-		Leaked:          p.leaks.leaked.Load(),
+	s := Stats{
+		Name:           p.opts.Name,
+		MinSize:        p.opts.MinSize,
+		MaxSize:        p.opts.MaxSize,
+		ItemsAllocated: held + idle,
+		ItemsAvailable: idle,
+		ActiveLeases:   held,
+		QueuedLeases:   queued,
+		Leases:         sums.leases,
+		Waits:          sums.waits,
+		WaitTime:       time.Duration(sums.waitTime),
+		Timeouts:       p.c.timeouts.Load(),
+		Canceled:       p.c.canceled.Load(),
+		PrepareFailed:  p.c.prepareFail.Load(),
+		Leaked:         p.leaks.leaked.Load(),
 	}
+	p.c.mu.Lock()
+	s.Created, s.Destroyed, s.Detached = p.c.created, p.c.destroyed, p.c.detached
+	s.IdleExpired, s.LifetimeExpired, s.DestroyErrors = p.c.idleExpired, p.c.lifetimeExpired, p.c.destroyFails
+	p.c.mu.Unlock()
+	return s
 }

@@ -175,6 +175,15 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		defer g.unlock()
 		return g.grantOldest(e, err)
 	}
+	// leave is how await ends a wait that gave up: it leaves the queue
+	// and, when a grant raced with that, gives the grant up.
+	leave := func(g *gate[int], w *waiter[int]) (stranded *entry[int], closed bool) {
+		if !g.leave(w) {
+			return nil, false
+		}
+		e, err, _ := g.giveUp(w, context.Canceled, false)
+		return e, err == ErrClosed
+	}
 
 	t.Run("item to the next waiter", func(t *testing.T) {
 		g := &gate[int]{size: 1, held: 1}
@@ -182,7 +191,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		g.waiters.pushBack(w1)
 		g.waiters.pushBack(w2)
 		require.True(t, grant(g, item, nil)) // w1 is granted ...
-		stranded, closed := g.leave(w1)      // ... as it gives up
+		stranded, closed := leave(g, w1)     // ... as it gives up
 		assert.Nil(t, stranded)
 		assert.False(t, closed)
 		require.Len(t, w2.ready, 1, "w2 was woken")
@@ -195,7 +204,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		w1 := newWaiter()
 		g.waiters.pushBack(w1)
 		grant(g, item, nil)
-		g.leave(w1)
+		leave(g, w1)
 		assert.Equal(t, 0, g.held)
 		assert.Equal(t, 1, g.idle.len())
 	})
@@ -204,7 +213,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		w1 := newWaiter()
 		g.waiters.pushBack(w1)
 		grant(g, nil, nil)
-		g.leave(w1)
+		leave(g, w1)
 		assert.Equal(t, 0, g.held)
 		assert.Equal(t, 0, g.idle.len())
 	})
@@ -213,7 +222,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		w1, w2 := newWaiter(), newWaiter()
 		g.waiters.pushBack(w1)
 		g.waiters.pushBack(w2)
-		g.leave(w1)
+		leave(g, w1)
 		assert.Same(t, w2, g.waiters.head)
 		assert.Equal(t, 1, g.waiters.n)
 		assert.Equal(t, 1, g.held)
@@ -224,7 +233,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		g.waiters.pushBack(w1)
 		grant(g, item, nil)
 		g.close()
-		stranded, closed := g.leave(w1)
+		stranded, closed := leave(g, w1)
 		assert.Same(t, item, stranded)
 		assert.False(t, closed)
 		assert.Equal(t, 1, g.held, "the caller still holds the permit")
@@ -238,7 +247,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		require.True(t, g.grantOldest(item, nil)) // granted, not yet woken
 		left := make(chan *entry[int])
 		go func() {
-			stranded, _ := g.leave(w1) // waits for the lock, then for the token
+			stranded, _ := leave(g, w1) // waits for the lock, then for the token
 			left <- stranded
 		}()
 		g.unlock() // wakes w1, whose leave passes the item on
@@ -257,7 +266,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		w1 := newWaiter()
 		g.waiters.pushBack(w1)
 		g.close()
-		stranded, closed := g.leave(w1)
+		stranded, closed := leave(g, w1)
 		assert.Nil(t, stranded)
 		assert.True(t, closed)
 	})

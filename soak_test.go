@@ -417,7 +417,7 @@ func skCatch(f func()) (v any, panicked bool) {
 // factory and the Preparer; Release runs Reset; Clear, the factory). Any
 // other panic is the pool's own, or reached the wrong caller.
 func (s *skRun) panicSeen(v any, sites ...string) {
-	p, ok := v.(skPanic)
+	p, ok := panicValue(v).(skPanic)
 	if !ok || !slices.Contains(sites, p.site) {
 		s.violate("unexpected panic %#v (want an injected one from %v)", v, sites)
 		return

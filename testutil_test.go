@@ -202,3 +202,13 @@ func checkInvariants[T any](t testing.TB, p *Pool[T], live func() int64) bool {
 	}
 	return ok
 }
+
+// panicValue is what user code panicked with, given what a call into the
+// pool panicked with: the pool raises a panic of user code again, with its
+// stack, as a *panicError when it crossed goroutines or a batch.
+func panicValue(v any) any {
+	if pe, ok := v.(*panicError); ok {
+		return pe.value
+	}
+	return v
+}
