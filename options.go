@@ -279,6 +279,7 @@ func wantGot(want string, raw []byte) error {
 	return fmt.Errorf("want %s, got %s", want, shown(raw))
 }
 
+// shown is raw as an error quotes it: trimmed, and cut to maxShown runes.
 func shown(raw []byte) string {
 	s := string(bytes.TrimSpace(raw))
 	if utf8.RuneCountInString(s) > maxShown {
@@ -303,8 +304,8 @@ func shown(raw []byte) string {
 //	pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)
 //	pool: invalid options: MaxSize: want a whole number, got "20"
 //
-// Function- and interface-valued fields (Preparer, Reset, Destroy,
-// MeterProvider, OnLeak) are set in code only: a key naming one is an error
+// The fields tagged json:"-" (function- and interface-valued, such as
+// Preparer and Destroy) are set in code only: a key naming one is an error
 // that says so, unless its value is null, which leaves the field as it is,
 // as for any other field. On error o is left unchanged; the first offending
 // key, in document order, is reported.
