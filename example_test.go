@@ -262,3 +262,46 @@ func ExampleOptions_onLeak() {
 	// pool mail: a lease leaked, taken by github.com/msl-armory/pool_test.exForget
 	// leaked: 1
 }
+
+func ExampleCheckFunc() {
+	ctx := context.Background()
+	srv := &exServer{}
+	// A check that cannot repair a connection: one that fails it is closed
+	// and the lease goes on with another.
+	ping := pool.CheckFunc[*exConn](func(ctx context.Context, c *exConn) error {
+		if c.epoch != c.server.epoch { // a real one would ping, within ctx
+			return errors.New("connection reset by peer")
+		}
+		return nil
+	})
+	p, err := pool.New[*exConn](ctx, srv, pool.Options[*exConn]{
+		MaxSize:            4,
+		Preparer:           ping,
+		PreparationTimeout: time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	send := func(msg string) {
+		l, err := p.Lease(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer l.Release()
+		if err := l.Value().Send(msg); err != nil {
+			log.Fatal(err)
+		}
+	}
+	send("hello")
+	srv.restart() // drops the idle connection
+	send("after the restart")
+	fmt.Println("failed checks:", p.Stats().PrepareFailed)
+	// Output:
+	// conn 1: hello
+	// conn 1: closed
+	// conn 2: after the restart
+	// failed checks: 1
+	// conn 2: closed
+}

@@ -1,15 +1,17 @@
 package pool
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/metric"
 )
@@ -200,30 +202,6 @@ func (d duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(time.Duration(d).String())
 }
 
-// parseDuration decodes a JSON duration: a Go duration string ("1m30s") or
-// a whole number of nanoseconds. null (or nothing) reports ok false.
-func parseDuration(raw json.RawMessage) (d time.Duration, ok bool, err error) {
-	s := strings.TrimSpace(string(raw))
-	switch {
-	case s == "" || s == "null":
-		return 0, false, nil
-	case strings.HasPrefix(s, `"`):
-		var str string
-		if err := json.Unmarshal(raw, &str); err != nil {
-			return 0, false, err
-		}
-		d, err := time.ParseDuration(str)
-		return d, err == nil, err
-	}
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return time.Duration(n), true, nil
-	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < math.MaxInt64 {
-		return time.Duration(f), true, nil // 1e9: a whole number in exponent form
-	}
-	return 0, false, fmt.Errorf("invalid duration %s: want a string such as \"30s\" or whole nanoseconds", s)
-}
-
 // optionsJSON is the JSON form of Options that MarshalJSON writes: the
 // fields that can come from configuration, durations as strings.
 type optionsJSON struct {
@@ -239,78 +217,251 @@ type optionsJSON struct {
 	TrackLeaseSites    bool     `json:"TrackLeaseSites"`
 }
 
-// optionsInput is what UnmarshalJSON reads: pointers and raw durations, so
-// that an absent or null key can be told from a zero.
-type optionsInput struct {
-	Name               *string
-	MinSize            *int
-	MaxSize            *int
-	LeaseTimeout       json.RawMessage
-	PreparationTimeout json.RawMessage
-	CreateTimeout      json.RawMessage
-	IdleTimeout        json.RawMessage
-	MaxLifetime        json.RawMessage
-	CheckAfterIdle     json.RawMessage
-	TrackLeaseSites    *bool
+// configKey is one key that UnmarshalJSON reads: the name of its field, and
+// set, which decodes a JSON value other than null into that field and
+// leaves the field unchanged when it fails.
+type configKey struct {
+	name string
+	set  func(raw json.RawMessage) error
 }
 
-// UnmarshalJSON decodes o from a JSON object keyed by the field names
-// (matched without regard to case, as encoding/json does): {"MaxSize": 20,
-// "LeaseTimeout": "30s"}. Durations accept Go duration strings or whole
-// numbers of nanoseconds. A key that is absent or null leaves its field as
-// it was, so decoding a shared section and then a per-pool section into the
-// same value overlays the second on the first. Function- and
-// interface-valued fields are never read from JSON, and unknown keys are
-// ignored, as encoding/json ignores them by default (a Decoder's
-// DisallowUnknownFields does not reach into this method). On error o is
-// left unchanged and the message names the field.
+// configKeys lists the keys that UnmarshalJSON reads, each bound to its
+// field of o. This list alone makes a field configurable from JSON: a new
+// field that is neither function- nor interface-valued is added here (and
+// to optionsJSON, for MarshalJSON), and TestOptionsUnmarshalJSONKnowsEveryField
+// fails until it is. Fields tagged json:"-" stay out: they are code-only.
+func (o *Options[T]) configKeys() []configKey {
+	return []configKey{
+		{"Name", setJSON(&o.Name, "a string")},
+		{"MinSize", setJSON(&o.MinSize, "a whole number")},
+		{"MaxSize", setJSON(&o.MaxSize, "a whole number")},
+		{"LeaseTimeout", setDuration(&o.LeaseTimeout)},
+		{"PreparationTimeout", setDuration(&o.PreparationTimeout)},
+		{"CreateTimeout", setDuration(&o.CreateTimeout)},
+		{"IdleTimeout", setDuration(&o.IdleTimeout)},
+		{"MaxLifetime", setDuration(&o.MaxLifetime)},
+		{"CheckAfterIdle", setDuration(&o.CheckAfterIdle)},
+		{"TrackLeaseSites", setJSON(&o.TrackLeaseSites, "true or false")},
+	}
+}
+
+// setJSON decodes a value as encoding/json decodes it into a V; want says
+// what a config file must hold instead when it does not fit.
+func setJSON[V any](dst *V, want string) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		var v V
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return wantGot(want, raw)
+		}
+		*dst = v
+		return nil
+	}
+}
+
+// setDuration decodes a duration: a Go duration string ("1m30s") or a whole
+// number of nanoseconds, also in exponent form (1e9).
+func setDuration(dst *time.Duration) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return wantGot(wantDuration, raw)
+			}
+			*dst = d
+			return nil
+		}
+		num := string(bytes.TrimSpace(raw))
+		if n, err := strconv.ParseInt(num, 10, 64); err == nil {
+			*dst = time.Duration(n)
+			return nil
+		}
+		if f, err := strconv.ParseFloat(num, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < math.MaxInt64 {
+			*dst = time.Duration(f)
+			return nil
+		}
+		return wantGot(wantDuration, raw)
+	}
+}
+
+const wantDuration = `a duration such as "30s" or "1m30s", or whole nanoseconds`
+
+// maxShown bounds how much of a bad value an error quotes.
+const maxShown = 40
+
+// wantGot is the error for a value of the wrong form: what was wanted, and
+// the value as it was written, cut short when long.
+func wantGot(want string, raw []byte) error {
+	return fmt.Errorf("want %s, got %s", want, shown(raw))
+}
+
+// shown is raw as an error quotes it: trimmed, and cut to maxShown runes.
+func shown(raw []byte) string {
+	s := string(bytes.TrimSpace(raw))
+	if utf8.RuneCountInString(s) > maxShown {
+		s = string([]rune(s)[:maxShown]) + "..."
+	}
+	return s
+}
+
+// UnmarshalJSON decodes o from a JSON object keyed by the field names,
+// matched without regard to case as encoding/json matches them:
+// {"MaxSize": 20, "LeaseTimeout": "30s"}. Durations accept Go duration
+// strings or whole numbers of nanoseconds. A key that is absent or null
+// leaves its field as it was, so decoding a shared section and then a
+// per-pool section into the same value overlays the second on the first.
+// When a key appears twice, the later one wins, as with encoding/json.
+//
+// Decoding is strict, so that a typo in a config file does not pass
+// silently: a key that names no field, a value of the wrong type, an
+// invalid duration, or a document that is neither an object nor null is an
+// error that wraps ErrInvalidOptions and names the key, such as
+//
+//	pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)
+//	pool: invalid options: MaxSize: want a whole number, got "20"
+//
+// The fields tagged json:"-" (function- and interface-valued, such as
+// Preparer and Destroy) are set in code only: a key naming one is an error
+// that says so, unless its value is null, which leaves the field as it is,
+// as for any other field. On error o is left unchanged; the first offending
+// key, in document order, is reported.
 func (o *Options[T]) UnmarshalJSON(data []byte) error {
-	var in optionsInput
-	if err := json.Unmarshal(data, &in); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return fmt.Errorf("pool: decode options: %s: JSON %s is not a %s", typeErr.Field, typeErr.Value, typeErr.Type)
-		}
-		if errors.As(err, &typeErr) {
-			return fmt.Errorf("pool: decode options: want a JSON object, got %s", typeErr.Value)
-		}
-		return fmt.Errorf("pool: decode options: %w", err)
-	}
 	next := *o
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-		dst  *time.Duration
-	}{
-		{"LeaseTimeout", in.LeaseTimeout, &next.LeaseTimeout},
-		{"PreparationTimeout", in.PreparationTimeout, &next.PreparationTimeout},
-		{"CreateTimeout", in.CreateTimeout, &next.CreateTimeout},
-		{"IdleTimeout", in.IdleTimeout, &next.IdleTimeout},
-		{"MaxLifetime", in.MaxLifetime, &next.MaxLifetime},
-		{"CheckAfterIdle", in.CheckAfterIdle, &next.CheckAfterIdle},
-	} {
-		d, ok, err := parseDuration(f.raw)
-		if err != nil {
-			return fmt.Errorf("pool: decode options: %s: %w", f.name, err)
+	keys := next.configKeys()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	switch tok {
+	case nil: // null: nothing to change
+	case json.Delim('{'):
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+			}
+			key, _ := tok.(string) // inside an object, a key
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, key, err)
+			}
+			if err := setKey[T](keys, key, raw); err != nil {
+				return err
+			}
 		}
-		if ok {
-			*f.dst = d
+		if _, err := dec.Token(); err != nil { // the closing brace
+			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
+	default:
+		return fmt.Errorf("%w: want a JSON object such as {\"MaxSize\": 20}, got %s", ErrInvalidOptions, shown(data))
 	}
-	if in.Name != nil {
-		next.Name = *in.Name
-	}
-	if in.MinSize != nil {
-		next.MinSize = *in.MinSize
-	}
-	if in.MaxSize != nil {
-		next.MaxSize = *in.MaxSize
-	}
-	if in.TrackLeaseSites != nil {
-		next.TrackLeaseSites = *in.TrackLeaseSites
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: more data after the options", ErrInvalidOptions)
 	}
 	*o = next
 	return nil
+}
+
+// setKey decodes one key's value into the field of keys it names.
+func setKey[T any](keys []configKey, key string, raw json.RawMessage) error {
+	null := string(bytes.TrimSpace(raw)) == "null"
+	k := findKey(keys, key)
+	switch {
+	case k != nil && null:
+		return nil
+	case k != nil:
+		if err := k.set(raw); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, k.name, err)
+		}
+		return nil
+	}
+	if field := codeOnlyField[T](key); field != "" {
+		if null {
+			return nil
+		}
+		return fmt.Errorf("%w: %s can only be set in code, not from configuration", ErrInvalidOptions, field)
+	}
+	if near := nearestKey(keys, key); near != "" {
+		return fmt.Errorf("%w: unknown key %q (did you mean %q?)", ErrInvalidOptions, key, near)
+	}
+	return fmt.Errorf("%w: unknown key %q", ErrInvalidOptions, key)
+}
+
+// findKey returns the key that key names: the exact name, else one that
+// differs only in case, which is how encoding/json matches field names.
+func findKey(keys []configKey, key string) *configKey {
+	for i := range keys {
+		if keys[i].name == key {
+			return &keys[i]
+		}
+	}
+	for i := range keys {
+		if strings.EqualFold(keys[i].name, key) {
+			return &keys[i]
+		}
+	}
+	return nil
+}
+
+// codeOnlyField returns the name of the Options field tagged json:"-" that
+// key names without regard to case, or "" when there is none. It reads the
+// tags rather than a list, so that a code-only field added later is known
+// at once.
+func codeOnlyField[T any](key string) string {
+	t := reflect.TypeFor[Options[T]]()
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Tag.Get("json") == "-" && strings.EqualFold(f.Name, key) {
+			return f.Name
+		}
+	}
+	return ""
+}
+
+// nearestKey returns the configurable key closest to an unknown one, when
+// it is a likely typo of it (at most two edits away), or "".
+func nearestKey(keys []configKey, key string) string {
+	best, bestDist := "", 3
+	for _, k := range keys {
+		if d := editDistance(key, k.name, bestDist); d < bestDist {
+			best, bestDist = k.name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance between a and b,
+// ignoring case: the fewest insertions, deletions, substitutions and swaps
+// of adjacent letters that turn one into the other, so that "MaxSzie" is
+// one edit from "MaxSize". Distances of limit or more are reported as
+// limit.
+func editDistance(a, b string, limit int) int {
+	s, t := []rune(strings.ToLower(a)), []rune(strings.ToLower(b))
+	if n := len(s) - len(t); n >= limit || -n >= limit {
+		return limit
+	}
+	// d[i][j] is the distance between s[:i] and t[:j].
+	d := make([][]int, len(s)+1)
+	for i := range d {
+		d[i] = make([]int, len(t)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(s); i++ {
+		for j := 1; j <= len(t); j++ {
+			cost := 1
+			if s[i-1] == t[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && s[i-1] == t[j-2] && s[i-2] == t[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return min(d[len(s)][len(t)], limit)
 }
 
 // MarshalJSON encodes the configurable fields of o, durations as Go

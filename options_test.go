@@ -316,8 +316,11 @@ func TestOptionsUnmarshalJSON(t *testing.T) {
 			o.LeaseTimeout, o.IdleTimeout, o.MinSize, o.Name, o.TrackLeaseSites = 0, 0, 0, "", false
 		}},
 		{"negative duration decodes (New refuses it)", Options[*conn]{}, `{"IdleTimeout": "-1m"}`, func(o *Options[*conn]) { o.IdleTimeout = -time.Minute }},
-		{"keys of code-only fields are ignored", optFull, `{"Preparer": {"x": 1}, "Reset": "r", "Destroy": 5,
-			"MeterProvider": {"x": 1}, "OnLeak": "f"}`, func(*Options[*conn]) {}},
+		{"null for a code-only key leaves its field", optFull, `{"Preparer": null, "Reset": null, "Destroy": null,
+			"MeterProvider": null, "OnLeak": null}`, func(*Options[*conn]) {}},
+		{"a repeated key: the later wins, whatever its case", optFull, `{"MaxSize": 3, "maxsize": 4, "MAXSIZE": 5}`, func(o *Options[*conn]) {
+			o.MaxSize = 5
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -369,31 +372,152 @@ func TestOptionsUnmarshalJSONKeepsCodeFields(t *testing.T) {
 	assert.Equal(t, 1, destroys)
 }
 
-func TestOptionsUnmarshalJSONRejectsInvalidDurations(t *testing.T) {
-	cases := []struct {
-		name  string
-		in    string
-		field string // the offending field and value, which the message must name
-		bad   string
-	}{
-		{"unknown unit", `{"LeaseTimeout": "5 parsecs"}`, "LeaseTimeout", "5 parsecs"},
-		{"missing unit", `{"IdleTimeout": "30"}`, "IdleTimeout", "30"},
-		{"fractional number", `{"MaxLifetime": 1.5}`, "MaxLifetime", "1.5"},
-		{"fractional exponent form", `{"MaxLifetime": 1.5e0}`, "MaxLifetime", "1.5e0"},
-		{"boolean", `{"CreateTimeout": true}`, "CreateTimeout", "true"},
-		{"object", `{"CheckAfterIdle": {}}`, "CheckAfterIdle", "{}"},
-		{"string for a number", `{"MaxSize": "ten"}`, "MaxSize", "string"},
-		{"string for a bool", `{"TrackLeaseSites": "yes"}`, "TrackLeaseSites", "string"},
-	}
+// optBadCase is a JSON document UnmarshalJSON must refuse, and the exact
+// message it must refuse it with.
+type optBadCase struct {
+	name string
+	in   string
+	msg  string
+}
+
+// checkRefused decodes each case into a copy of optFull, with a Preparer
+// set in code, and asserts the refusal: ErrInvalidOptions, the message
+// (which names the key), and nothing changed.
+func checkRefused(t *testing.T, cases []optBadCase) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			prep := &optPreparer{}
 			o := optFull
+			o.Preparer = prep
 			err := json.Unmarshal([]byte(tc.in), &o)
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), tc.field)
-			assert.Contains(t, err.Error(), tc.bad)
+			assert.ErrorIs(t, err, ErrInvalidOptions)
+			assert.EqualError(t, err, tc.msg)
+			assert.Equal(t, optConfig(optFull), optConfig(o), "a failed decode changed the options")
+			assert.Same(t, prep, o.Preparer, "a failed decode changed the Preparer")
+		})
+	}
+}
+
+func TestOptionsUnmarshalJSONRejectsInvalidDurations(t *testing.T) {
+	const want = `want a duration such as "30s" or "1m30s", or whole nanoseconds, got `
+	checkRefused(t, []optBadCase{
+		{"unknown unit", `{"LeaseTimeout": "5 parsecs"}`, "pool: invalid options: LeaseTimeout: " + want + `"5 parsecs"`},
+		{"missing unit", `{"IdleTimeout": "30"}`, "pool: invalid options: IdleTimeout: " + want + `"30"`},
+		{"fractional number", `{"MaxLifetime": 1.5}`, "pool: invalid options: MaxLifetime: " + want + "1.5"},
+		{"fractional exponent form", `{"MaxLifetime": 1.5e0}`, "pool: invalid options: MaxLifetime: " + want + "1.5e0"},
+		{"boolean", `{"CreateTimeout": true}`, "pool: invalid options: CreateTimeout: " + want + "true"},
+		{"object", `{"CheckAfterIdle": {}}`, "pool: invalid options: CheckAfterIdle: " + want + "{}"},
+		{"beyond the range of a Duration", `{"PreparationTimeout": 1e19}`, "pool: invalid options: PreparationTimeout: " + want + "1e19"},
+		{"key in another case", `{"leasetimeout": "soon"}`, "pool: invalid options: LeaseTimeout: " + want + `"soon"`},
+	})
+}
+
+func TestOptionsUnmarshalJSONRejectsWrongTypes(t *testing.T) {
+	checkRefused(t, []optBadCase{
+		{"string for a whole number", `{"MaxSize": "20"}`, `pool: invalid options: MaxSize: want a whole number, got "20"`},
+		{"fraction for a whole number", `{"MinSize": 1.5}`, `pool: invalid options: MinSize: want a whole number, got 1.5`},
+		{"string for a bool", `{"TrackLeaseSites": "yes"}`, `pool: invalid options: TrackLeaseSites: want true or false, got "yes"`},
+		{"number for a bool", `{"TrackLeaseSites": 1}`, `pool: invalid options: TrackLeaseSites: want true or false, got 1`},
+		{"number for a string", `{"Name": 5}`, `pool: invalid options: Name: want a string, got 5`},
+		{"object for a string", `{"Name": {"first": "mail"}}`, `pool: invalid options: Name: want a string, got {"first": "mail"}`},
+		{"long value cut short", `{"Name": ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc", "dddddddddd"]}`,
+			`pool: invalid options: Name: want a string, got ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc...`},
+		{"key in another case", `{"maxSize": true}`, `pool: invalid options: MaxSize: want a whole number, got true`},
+		{"bad value after a good one", `{"MinSize": 1, "MaxSize": "20"}`, `pool: invalid options: MaxSize: want a whole number, got "20"`},
+		{"array for the options", `[{"MaxSize": 20}]`, `pool: invalid options: want a JSON object such as {"MaxSize": 20}, got [{"MaxSize": 20}]`},
+		{"string for the options", `"MaxSize=20"`, `pool: invalid options: want a JSON object such as {"MaxSize": 20}, got "MaxSize=20"`},
+		{"number for the options", `20`, `pool: invalid options: want a JSON object such as {"MaxSize": 20}, got 20`},
+	})
+}
+
+func TestOptionsUnmarshalJSONRejectsUnknownKeys(t *testing.T) {
+	checkRefused(t, []optBadCase{
+		{"swapped letters", `{"MaxSzie": 20}`, `pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)`},
+		{"missing letter, other case", `{"leasetimout": "5s"}`, `pool: invalid options: unknown key "leasetimout" (did you mean "LeaseTimeout"?)`},
+		{"two letters off", `{"IdleTimeOot": "1m"}`, `pool: invalid options: unknown key "IdleTimeOot" (did you mean "IdleTimeout"?)`},
+		{"nothing near", `{"Timeout": "5s"}`, `pool: invalid options: unknown key "Timeout"`},
+		{"null for an unknown key", `{"MaxSzie": null}`, `pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)`},
+		{"unknown key after good ones", `{"MaxSize": 3, "Name": "x", "MinSzie": 1}`, `pool: invalid options: unknown key "MinSzie" (did you mean "MinSize"?)`},
+		{"empty key", `{"": 1}`, `pool: invalid options: unknown key ""`},
+		{"the Preparer", `{"Preparer": {"x": 1}}`, `pool: invalid options: Preparer can only be set in code, not from configuration`},
+		{"Reset", `{"Reset": "r"}`, `pool: invalid options: Reset can only be set in code, not from configuration`},
+		{"Destroy", `{"destroy": 5}`, `pool: invalid options: Destroy can only be set in code, not from configuration`},
+		{"MeterProvider", `{"MeterProvider": {}}`, `pool: invalid options: MeterProvider can only be set in code, not from configuration`},
+		{"OnLeak", `{"ONLEAK": "f"}`, `pool: invalid options: OnLeak can only be set in code, not from configuration`},
+	})
+}
+
+// A config file decodes Options as a field of its own struct, where
+// encoding/json calls UnmarshalJSON: the refusal must reach the caller.
+func TestOptionsUnmarshalJSONRefusalReachesTheConfigDecoder(t *testing.T) {
+	var cfg struct {
+		Pools map[string]Options[*conn]
+	}
+	err := json.Unmarshal([]byte(`{"Pools": {"mail": {"MaxSzie": 4}}}`), &cfg)
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+	assert.ErrorContains(t, err, `unknown key "MaxSzie"`)
+
+	dec := json.NewDecoder(bytes.NewReader([]byte(`{"Pools": {"mail": {"MaxSize": "4"}}}`)))
+	err = dec.Decode(&cfg)
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+	assert.ErrorContains(t, err, `MaxSize: want a whole number, got "4"`)
+}
+
+// Called directly rather than by encoding/json, UnmarshalJSON gets no
+// syntax check first: it refuses broken or trailing input itself.
+func TestOptionsUnmarshalJSONRejectsMalformedInput(t *testing.T) {
+	for _, in := range []string{``, `{`, `{"MaxSize": }`, `{"MaxSize" 1}`, `{} {}`, `null 1`, `{"MaxSize": 1,}`} {
+		t.Run(in, func(t *testing.T) {
+			o := optFull
+			err := o.UnmarshalJSON([]byte(in))
+			assert.ErrorIs(t, err, ErrInvalidOptions)
 			assert.Equal(t, optConfig(optFull), optConfig(o), "a failed decode changed the options")
 		})
+	}
+}
+
+// Every Options field is either tagged json:"-" and refused as code-only,
+// or a key UnmarshalJSON reads: a configurable field added to Options but
+// not to configKeys fails here.
+func TestOptionsUnmarshalJSONKnowsEveryField(t *testing.T) {
+	typ := reflect.TypeFor[Options[*conn]]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		t.Run(f.Name, func(t *testing.T) {
+			var o Options[*conn]
+			err := json.Unmarshal([]byte(`{"`+f.Name+`": null}`), &o)
+			require.NoError(t, err, "null for a field's own key is refused")
+			err = json.Unmarshal([]byte(`{"`+f.Name+`": {}}`), &o)
+			require.Error(t, err)
+			if f.Tag.Get("json") == "-" {
+				assert.EqualError(t, err, "pool: invalid options: "+f.Name+" can only be set in code, not from configuration")
+			} else {
+				assert.ErrorContains(t, err, "pool: invalid options: "+f.Name+": want ")
+			}
+		})
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want int
+	}{
+		{"MaxSize", "MaxSize", 0},
+		{"maxsize", "MaxSize", 0},
+		{"MaxSzie", "MaxSize", 1}, // a swap is one edit
+		{"MaxSiz", "MaxSize", 1},
+		{"MaxSizes", "MaxSize", 1},
+		{"MinSize", "MaxSize", 2},
+		{"", "Name", 3}, // capped at the limit
+		{"Timeout", "LeaseTimeout", 3},
+		{"abc", "ca", 3},
+	}
+	for _, tc := range cases {
+		assert.Equal(t, tc.want, editDistance(tc.a, tc.b, 3), "%q, %q", tc.a, tc.b)
+		assert.Equal(t, tc.want, editDistance(tc.b, tc.a, 3), "%q, %q", tc.b, tc.a)
 	}
 }
 
