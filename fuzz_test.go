@@ -324,6 +324,42 @@ type fzModel struct {
 	// destroyErrs counts Destroy errors since the caller last reset it.
 	destroyErrs int
 	faults      int // faults injected: failures and panics of user code
+	// sweepEvery and sweepAt: the first lease or release that judges or
+	// stamps an item at sweepAt or later sweeps the idle items for expiry.
+	sweepEvery, sweepAt int64
+}
+
+// sweep is the sweep for expiry that a lease or release reading the clock
+// runs when one is due: the parked item joins the queue, every expired
+// queued item is taken out with a permit and destroyed (its Destroy's
+// failure or panic is only counted: nobody waits for it), and then the
+// permits go back.
+func (m *fzModel) sweep() {
+	if m.sweepEvery == 0 || m.now < m.sweepAt {
+		return
+	}
+	m.sweepAt = m.now + m.sweepEvery
+	if id := m.slot; id != 0 {
+		m.slot = 0
+		m.passOn(id)
+	}
+	var swept, kept []int
+	for _, id := range m.queue {
+		if _, expired := m.expired(m.items[id]); expired {
+			swept = append(swept, id)
+		} else {
+			kept = append(kept, id)
+		}
+	}
+	m.queue = kept
+	m.held += len(swept)
+	for _, id := range swept {
+		why, _ := m.expired(m.items[id])
+		m.destroy(id, why)
+	}
+	for range swept {
+		m.passOn(0)
+	}
 }
 
 // next takes the fault scheduled for a hook's next call, counting the
@@ -436,6 +472,7 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 // obtain turns a held permit, with item id or none (0), into a leased item:
 // SPEC.md's lease path after the permit.
 func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
+	clockRead := false
 	for {
 		if id == 0 {
 			id = m.takeIdle()
@@ -445,6 +482,10 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 		}
 		if !m.judge {
 			return m.leased(id)
+		}
+		if !clockRead && m.stamp {
+			clockRead = true
+			m.sweep()
 		}
 		it := m.items[id]
 		why, expired := m.expired(it)
@@ -632,6 +673,7 @@ func (m *fzModel) release(rec *fzLeaseRec) fzOutcome {
 		}
 	}
 	if m.stamp {
+		m.sweep()
 		it := m.items[id]
 		if m.maxLifetime > 0 && m.now-it.created > m.maxLifetime {
 			return m.panicked(m.destroyAndFree(id, reasonLifetime), "")
@@ -782,6 +824,8 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 		opts.LeaseTimeout, m.leaseTimeout = time.Microsecond, true
 	}
 	opts.TrackLeaseSites = c1&64 != 0
+	m.sweepEvery = sweepPeriod(time.Duration(m.idleTimeout), time.Duration(m.maxLifetime))
+	m.sweepAt = m.sweepEvery
 	var reader *sdkmetric.ManualReader
 	if c1&128 != 0 {
 		opts.MeterProvider, reader = mtProvider(t)
@@ -798,11 +842,17 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 	clk := &fakeClock{}
 	p.clock = clk.now
 	// Seeding read the real clock: put the seeded items on the fake one,
-	// at 0, as the model has them.
+	// at 0, as the model has them; and it ran the creations in parallel:
+	// put the items in the order of their ids, as the model has them.
 	p.g.mu.Lock()
-	for i := range p.g.idle.n {
-		e := p.g.idle.buf[(p.g.idle.head+i)&(len(p.g.idle.buf)-1)]
-		e.created, e.idleAt = 0, 0
+	var seeded []*entry[*conn]
+	for e := p.g.idle.pop(); e != nil; e = p.g.idle.pop() {
+		e.deadline, e.idleAt = p.deadline(0), 0
+		seeded = append(seeded, e)
+	}
+	slices.SortFunc(seeded, func(a, b *entry[*conn]) int { return a.value.id - b.value.id })
+	for _, e := range seeded {
+		p.g.idle.push(e)
 	}
 	p.g.mu.Unlock()
 	for range minSize {

@@ -33,10 +33,13 @@ type gate[T any] struct {
 	slots slots[T] // the idle ring's per-processor slots: see ring.go
 
 	mu     sync.Mutex
-	size   int // MaxSize; immutable
+	size   int // MaxSize; changed by resize
 	held   int // permits held, including those of entries parked in slots
 	closed bool
-	idle   idleQueue[T]
+	// shrinking: resize made size smaller than held + idle, and the
+	// permits that come back retire until the items fit (see resize).
+	shrinking bool
+	idle      idleQueue[T]
 	// fastLeases counts the leases that acquire completed: counting
 	// them here, under the lock already held, saves an atomic add on a
 	// cache line of its own (measured: about 12 % of a sequential
@@ -187,12 +190,14 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	return nil, false
 }
 
-// setBypass makes the slots' bypass flag say whether leases queue or the
-// gate is closed, and reports whether it came on: then the caller must
-// steal every parked entry (see ring.go, bypass). Called under g.mu after
-// every change to closed or to the waiters' count.
+// setBypass makes the slots' bypass flag say whether leases queue, the
+// gate is closed or a shrink has not finished, and reports whether it came
+// on: then the caller must steal every parked entry (see ring.go, bypass).
+// Called under g.mu after every change to closed, to the waiters' count or,
+// while shrinking, to the permits held.
 func (g *gate[T]) setBypass() (cameOn bool) {
-	on := g.closed || g.waiters.n > 0
+	g.shrinking = g.held+g.idle.len() > g.size
+	on := g.closed || g.waiters.n > 0 || g.shrinking
 	if g.slots.bypass.Load() == on {
 		return false // the common case: no write to the slots' header
 	}
@@ -334,11 +339,12 @@ func (g *gate[T]) enqueueLocked(w *waiter[T]) {
 // passOn gives back a permit that the caller holds, with its idle-ready
 // item e or with none (nil): to the oldest waiter if any, else the item joins
 // the idle queue and the permit comes free. It reports false, doing
-// nothing, when the gate is closed and e is not nil: the caller must destroy
-// e and then call passOn(nil).
+// nothing, when e is not nil and the gate is closed, or holds more items
+// than its size after a shrink: the caller must destroy e and then call
+// passOn(nil).
 func (g *gate[T]) passOn(e *entry[T]) bool {
 	g.mu.Lock()
-	if e != nil && g.closed {
+	if e != nil && (g.closed || g.shrinking) {
 		g.mu.Unlock()
 		return false
 	}
@@ -348,14 +354,19 @@ func (g *gate[T]) passOn(e *entry[T]) bool {
 }
 
 // passOnLocked is passOn on an open gate, or with a nil e. Caller holds g.mu.
+// While shrinking, a bare permit retires instead of going to a waiter: the
+// item it stood for was one too many.
 func (g *gate[T]) passOnLocked(e *entry[T]) {
-	if g.grantOldest(e, nil) {
+	if (e != nil || !g.shrinking) && g.grantOldest(e, nil) {
 		return
 	}
 	if e != nil {
 		g.idle.push(e)
 	}
 	g.held--
+	if g.shrinking {
+		g.setBypass() // off once the items fit
+	}
 	if g.held == 0 && g.drained != nil {
 		close(g.drained)
 		g.drained = nil
@@ -375,6 +386,70 @@ func (g *gate[T]) tryAcquireBelow(minIdle int) bool {
 	}
 	g.held++
 	return true
+}
+
+// tryAcquireToFloor takes a bare permit without waiting, for the upkeep to
+// create an item, while fewer than floor items exist (held + idle), the
+// gate has room for one more, and no lease waits: waiting leases create
+// items of their own, and must not find their permits taken.
+func (g *gate[T]) tryAcquireToFloor(floor int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.held + g.idle.len()
+	if g.closed || g.waiters.n > 0 || n >= g.size || n >= floor {
+		return false
+	}
+	g.held++
+	return true
+}
+
+// unparkLocked moves every parked entry into the idle queue (or to a
+// waiter), so that a sweep or the upkeep can see it. Caller holds g.mu.
+func (g *gate[T]) unparkLocked() {
+	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
+		g.passOnLocked(e)
+	}
+}
+
+// takeExpired removes from the idle ring the entries that expired says to
+// destroy, each with a permit, for the caller to destroy and then call
+// passOn(nil) for. An entry that expired only by idling (idleOnly) stays
+// while floor or fewer items exist. See "Sweeping" in upkeep.go.
+func (g *gate[T]) takeExpired(expired func(*entry[T]) (expired, idleOnly bool), floor int) (es []*entry[T]) {
+	g.mu.Lock()
+	defer g.unlock()
+	g.unparkLocked()
+	n := g.held + g.idle.len()
+	g.idle.filter(func(e *entry[T]) (drop bool) {
+		gone, idleOnly := expired(e)
+		if !gone || idleOnly && n <= floor {
+			return false
+		}
+		n--
+		es = append(es, e)
+		return true
+	})
+	g.held += len(es)
+	return es
+}
+
+// takeIdleIf removes and returns the oldest idle entry for which want
+// reports true, with a permit, or nil when there is none.
+func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
+	g.mu.Lock()
+	defer g.unlock()
+	g.unparkLocked()
+	g.idle.filter(func(c *entry[T]) (drop bool) {
+		if e == nil && want(c) {
+			e = c
+			return true
+		}
+		return false
+	})
+	if e != nil {
+		g.held++
+	}
+	return e
 }
 
 // takeIdle removes and returns the oldest idle entry, or a parked one, for a
@@ -452,11 +527,69 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // the slots' sums, with fastLeases added to their leases. Parked entries
 // come and go without the lock, so the split between leased and idle is a
 // moment's estimate, but neither figure exceeds size.
-func (g *gate[T]) counts() (leased, idle, queued int, sums slotSums) {
+func (g *gate[T]) counts() (leased, idle, queued, size int, sums slotSums) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	sums = g.slots.scan()
 	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
 	sums.leases += g.fastLeases
-	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, sums
+	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, sums
+}
+
+// maxSize returns the gate's size now.
+func (g *gate[T]) maxSize() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.size
+}
+
+// isClosed reports whether close has run.
+func (g *gate[T]) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+// resize sets the gate's size to n. Growing grants the queued waiters, in
+// FIFO order, the right to create an item as far as the new room goes.
+// Shrinking below the items in existence (held + idle) takes idle items out
+// to destroy, each with a permit, as many as the excess and idle items
+// allow; the caller destroys them and calls passOn(nil) for each. The rest
+// of the excess is leased: shrinking stays set, so the slots are bypassed,
+// passOn refuses an item (its holder destroys it) and a bare permit retires
+// instead of reaching a waiter, until held + idle fits. It returns ErrClosed
+// on a closed gate.
+func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
+	g.mu.Lock()
+	defer g.unlock()
+	if g.closed {
+		return nil, ErrClosed
+	}
+	g.size = n
+	for g.waiters.n > 0 && g.held+g.idle.len() < g.size {
+		g.held++ // a waiter exists only while no item is idle: a bare permit
+		g.grantOldest(nil, nil)
+	}
+	over := g.held + g.idle.len() - g.size
+	if g.setBypass() {
+		// Parked entries hold permits of their own; those not to destroy
+		// join the idle queue, as bypass requires.
+		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
+			if over > 0 {
+				excess = append(excess, e)
+				over--
+			} else {
+				g.passOnLocked(e)
+			}
+		}
+	}
+	for ; over > 0; over-- {
+		e := g.idle.pop()
+		if e == nil {
+			break // the rest of the excess is leased
+		}
+		g.held++
+		excess = append(excess, e)
+	}
+	return excess, nil
 }

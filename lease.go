@@ -32,9 +32,10 @@ type entry[T any] struct {
 	// or the pool while it is idle (guarded by gate.mu in the queue).
 	// Passing the entry through the gate's mutex, a slot's atomic pointer or
 	// a creation's done channel publishes them.
-	created int64 // clock at the end of creation, for MaxLifetime
-	idleAt  int64 // clock at the last release, for IdleTimeout and CheckAfterIdle
-	checked bool  // the Preparer has accepted the item at least once
+	deadline  int64 // clock past which the item has outlived its lifetime; math.MaxInt64: never
+	idleAt    int64 // clock at the last release, for IdleTimeout and CheckAfterIdle
+	checkedAt int64 // clock at the upkeep's last successful check, for CheckAfterIdle
+	checked   bool  // the Preparer has accepted the item at least once
 
 	// cleanup reports the entry leaked when the garbage collector finds it
 	// unreachable; destroying or detaching the item stops it first. site,

@@ -48,9 +48,9 @@ const (
 
 var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhausted", "create", "prepare"}
 
-const numReasons = int(reasonClose) + 1
+const numReasons = int(reasonResize) + 1
 
-var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "discard", "clear", "close"}
+var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "discard", "clear", "close", "resize"}
 
 // durationBuckets are the advisory bucket boundaries, in seconds, of the
 // duration histograms: from 100 µs (a lease that queued behind a quick

@@ -31,8 +31,11 @@ type Options[T any] struct {
 	// "Conn.Pool").
 	Name string
 
-	// MinSize items are created by New, and Clear refills the idle items to
-	// it. Default 0: every item is created on demand.
+	// MinSize items are created by New, concurrently, and Clear refills the
+	// idle items to it. With UpkeepInterval set it is also a floor kept over
+	// time: the upkeep creates items until MinSize exist, and idle expiry
+	// never takes the pool below it. Default 0: every item is created on
+	// demand.
 	MinSize int
 
 	// MaxSize is the hard cap on items in existence: leased, idle, being
@@ -51,17 +54,25 @@ type Options[T any] struct {
 	// in the background after its caller gave up. 0: until Close.
 	CreateTimeout time.Duration
 
-	// IdleTimeout: an item idle longer than this is destroyed by the next
-	// lease that meets it (eviction is lazy: there is no background timer).
-	// 0: never.
+	// IdleTimeout: an item idle longer than this is destroyed. Without
+	// UpkeepInterval, eviction is lazy but reaches every idle item: a lease
+	// or release that comes at least half an IdleTimeout after the last
+	// such sweep destroys every idle item past its time. 0: never.
 	IdleTimeout time.Duration
 
 	// MaxLifetime: an item older than this (counted from the end of its
-	// creation) is destroyed on release, or by the next lease that meets it
-	// idle. 0: never.
+	// creation) is destroyed on release, or while idle as IdleTimeout
+	// describes. 0: never.
 	MaxLifetime time.Duration
 
+	// MaxLifetimeJitter spreads lifetimes: each item lives MaxLifetime plus
+	// a random duration in [0, MaxLifetimeJitter), drawn at its creation, so
+	// that items created together are not all destroyed, and recreated, in
+	// the same instant. 0: none. Requires MaxLifetime.
+	MaxLifetimeJitter time.Duration
+
 	// Preparer checks and restores items on lease. nil: every item is ready.
+	// A CheckFunc is a Preparer that only checks.
 	Preparer Preparer[T] `json:"-"`
 
 	// CheckAfterIdle: the Preparer sees an idle item only when it sat idle
@@ -106,6 +117,17 @@ type Options[T any] struct {
 	// tests, debugging, or a service hunting a leak.
 	TrackLeaseSites bool
 
+	// UpkeepInterval runs the pool's upkeep this often (spread by up to
+	// ±10 %, so that many pools do not tick in step), on one goroutine that
+	// Close stops. A round destroys the idle items past IdleTimeout or their
+	// lifetime; with a Preparer and CheckAfterIdle, checks the idle items
+	// that sat idle that long, so a dead connection is found before a lease
+	// meets it; and creates items until MinSize exist, never past MaxSize
+	// and never while leases wait (failures are logged and retried sooner,
+	// backing off up to UpkeepInterval). An item being checked or created
+	// counts against MaxSize and is never lent meanwhile. 0: no upkeep.
+	UpkeepInterval time.Duration
+
 	// Logger receives, at Warn, the errors that have no caller to return
 	// to: a Destroy or Reset that fails on Release or Discard, on expiry or
 	// in the background; a creation whose lease gave up on it; Clear's
@@ -146,10 +168,15 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 		{"IdleTimeout", o.IdleTimeout},
 		{"MaxLifetime", o.MaxLifetime},
 		{"CheckAfterIdle", o.CheckAfterIdle},
+		{"MaxLifetimeJitter", o.MaxLifetimeJitter},
+		{"UpkeepInterval", o.UpkeepInterval},
 	} {
 		if d.v < 0 {
 			return o, fmt.Errorf("%w: %s is %v, must not be negative (0 means no limit)", ErrInvalidOptions, d.name, d.v)
 		}
+	}
+	if o.MaxLifetimeJitter > 0 && o.MaxLifetime == 0 {
+		return o, fmt.Errorf("%w: MaxLifetimeJitter is %v but MaxLifetime is 0: there is no lifetime to spread", ErrInvalidOptions, o.MaxLifetimeJitter)
 	}
 	return o, nil
 }
@@ -214,6 +241,8 @@ type optionsJSON struct {
 	IdleTimeout        duration `json:"IdleTimeout"`
 	MaxLifetime        duration `json:"MaxLifetime"`
 	CheckAfterIdle     duration `json:"CheckAfterIdle"`
+	MaxLifetimeJitter  duration `json:"MaxLifetimeJitter"`
+	UpkeepInterval     duration `json:"UpkeepInterval"`
 	TrackLeaseSites    bool     `json:"TrackLeaseSites"`
 }
 
@@ -241,6 +270,8 @@ func (o *Options[T]) configKeys() []configKey {
 		{"IdleTimeout", setDuration(&o.IdleTimeout)},
 		{"MaxLifetime", setDuration(&o.MaxLifetime)},
 		{"CheckAfterIdle", setDuration(&o.CheckAfterIdle)},
+		{"MaxLifetimeJitter", setDuration(&o.MaxLifetimeJitter)},
+		{"UpkeepInterval", setDuration(&o.UpkeepInterval)},
 		{"TrackLeaseSites", setJSON(&o.TrackLeaseSites, "true or false")},
 	}
 }
@@ -477,6 +508,8 @@ func (o Options[T]) MarshalJSON() ([]byte, error) {
 		IdleTimeout:        duration(o.IdleTimeout),
 		MaxLifetime:        duration(o.MaxLifetime),
 		CheckAfterIdle:     duration(o.CheckAfterIdle),
+		MaxLifetimeJitter:  duration(o.MaxLifetimeJitter),
+		UpkeepInterval:     duration(o.UpkeepInterval),
 		TrackLeaseSites:    o.TrackLeaseSites,
 	})
 }

@@ -59,8 +59,19 @@ type Pool[T any] struct {
 	m     *metrics  // nil without a MeterProvider: see metrics.go
 	leaks *leakSink // what the entries' cleanups reach: see lease.go
 
-	// Made once, so that a failing lease allocates nothing.
-	errExhausted, errClosed error
+	// Made once (errExhausted again by SetMaxSize), so that a failing
+	// lease allocates nothing.
+	errExhausted atomic.Pointer[error]
+	errClosed    error
+
+	// sweepEvery is how often the idle items are swept for expiry (0: never:
+	// neither IdleTimeout nor MaxLifetime is set); sweepAt, the pool clock
+	// at which the next lease or release that reads the clock sweeps. See
+	// "Sweeping" in upkeep.go.
+	sweepEvery int64
+	sweepAt    atomic.Int64
+
+	upkeep *upkeeper // nil without UpkeepInterval: see upkeep.go
 }
 
 // counters are the Stats figures that cannot be derived from the gate and
@@ -146,6 +157,7 @@ const (
 	reasonDiscard
 	reasonClear
 	reasonClose
+	reasonResize
 )
 
 // New returns a pool that creates items with f, configured by opts, after
@@ -189,12 +201,17 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	}
 	p.g.size = opts.MaxSize
 	p.g.slots.init()
-	p.errExhausted = fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d), or other leases are waiting", ErrExhausted, opts.Name, opts.MaxSize)
+	p.setErrExhausted(opts.MaxSize)
 	p.errClosed = fmt.Errorf("%w: pool %q", ErrClosed, opts.Name)
+	p.sweepEvery = sweepPeriod(opts.IdleTimeout, opts.MaxLifetime)
+	p.sweepAt.Store(p.sweepEvery)
 	p.done, p.cancel = context.WithCancel(context.Background())
 	if err := p.seed(ctx); err != nil {
 		p.cancel()
 		return nil, err
+	}
+	if opts.UpkeepInterval > 0 {
+		p.upkeep = startUpkeep(p)
 	}
 	if m != nil {
 		// After seeding: the callback reads Stats, and seed fills the idle
@@ -226,30 +243,81 @@ func canBeNil(t reflect.Type) bool {
 	return false
 }
 
-// seed creates MinSize idle items. On failure (or a panic) it destroys the
-// ones already made, so nothing leaks.
-func (p *Pool[T]) seed(ctx context.Context) (err error) {
-	ok := false
-	defer func() {
-		if !ok {
-			es := p.g.drainIdle()
-			err = errors.Join(err, p.destroyAll(es, reasonClose))
-		}
-	}()
-	for range p.opts.MinSize {
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if p.opts.CreateTimeout > 0 {
-			cctx, cancel = context.WithTimeout(ctx, p.opts.CreateTimeout)
-		}
-		e, err := p.newEntry(cctx)
-		cancel()
-		if err != nil {
-			return err
-		}
-		p.g.idle.push(e) // nobody else can see the pool yet
+// seedParallelism bounds the creations New runs at once, so that a large
+// MinSize does not dial one server that many times in the same instant.
+const seedParallelism = 32
+
+// seedResult is one creation of New's seeding.
+type seedResult[T any] struct {
+	e        *entry[T]
+	err      error
+	panicVal any // a *panicError, or errFactoryGoexit
+}
+
+// seed creates MinSize idle items, up to seedParallelism at once. The first
+// failure cancels the creations still under way; then every item made is
+// destroyed, so nothing leaks, and seed returns that failure's error, or
+// raises the first panic of the factory again.
+func (p *Pool[T]) seed(ctx context.Context) error {
+	n := p.opts.MinSize
+	if n == 0 {
+		return nil
 	}
-	ok = true
-	return nil
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan seedResult[T], n)
+	sem := make(chan struct{}, seedParallelism)
+	for range n {
+		go func() {
+			r := seedResult[T]{panicVal: errFactoryGoexit} // until the factory returns
+			defer func() {
+				if v := recover(); v != nil {
+					r.panicVal = newPanicError(v)
+				}
+				results <- r
+			}()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := sctx.Err(); err != nil {
+				r = seedResult[T]{err: err} // another creation failed: don't start
+				return
+			}
+			cctx, cancelCreate := sctx, context.CancelFunc(func() {})
+			if p.opts.CreateTimeout > 0 {
+				cctx, cancelCreate = context.WithTimeout(sctx, p.opts.CreateTimeout)
+			}
+			defer cancelCreate()
+			e, err := p.newEntry(cctx)
+			r = seedResult[T]{e: e, err: err}
+		}()
+	}
+	var first error
+	var panicVal any
+	for range n {
+		r := <-results
+		switch {
+		case r.panicVal != nil:
+			if panicVal == nil {
+				panicVal = r.panicVal
+			}
+			cancel()
+		case r.err != nil:
+			if first == nil {
+				first = r.err
+			}
+			cancel()
+		default:
+			p.g.idle.push(r.e) // only this goroutine can see the pool yet
+		}
+	}
+	if first == nil && panicVal == nil {
+		return nil
+	}
+	err := errors.Join(first, p.destroyAll(p.g.drainIdle(), reasonClose))
+	if panicVal != nil {
+		panic(panicVal)
+	}
+	return err
 }
 
 // Name returns the pool's name, Options.Name or its default.
@@ -329,14 +397,14 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 	case err != nil: // ctx had ended before the lease could queue
 		return p.leaseFailed(ctx, errCanceled, err)
 	case !ok && w == nil:
-		return p.leaseFailed(ctx, errExhausted, p.errExhausted)
+		return p.leaseFailed(ctx, errExhausted, *p.errExhausted.Load())
 	case !ok:
 		var expired bool
 		e, waited, expired, err = p.g.await(ctx, w, p.opts.LeaseTimeout)
 		if err != nil && e != nil {
-			// An item granted as we gave up, on a pool that closed
-			// meanwhile: nobody else may have it.
-			p.dispose(e, reasonClose)
+			// An item granted as we gave up, on a pool that closed or
+			// shrank meanwhile: nobody else may have it.
+			p.dispose(e, p.refusedWhy())
 		}
 		s := p.g.slots.mine()
 		s.waits.Add(1)
@@ -345,7 +413,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 		case err == nil:
 		case expired:
 			return p.leaseFailed(ctx, errTimeout, fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v",
-				ErrLeaseTimeout, p.opts.Name, p.opts.MaxSize, waited.Round(time.Millisecond)))
+				ErrLeaseTimeout, p.opts.Name, p.g.maxSize(), waited.Round(time.Millisecond)))
 		case err == ErrClosed:
 			return p.leaseFailed(ctx, errClosed, p.errClosed)
 		default:
@@ -422,6 +490,9 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 		}
 		if !clockRead && p.stamp {
 			now, clockRead = p.now(), true
+			if p.sweepEvery > 0 && now >= p.sweepAt.Load() {
+				p.sweep(now)
+			}
 		}
 		why, expired := p.expired(e, now)
 		if !expired && p.needsCheck(e, now) {
@@ -465,9 +536,10 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 	return e, 0, nil
 }
 
-// expired says whether an idle item has outlived MaxLifetime or IdleTimeout.
+// expired says whether an idle item has outlived its lifetime or
+// IdleTimeout.
 func (p *Pool[T]) expired(e *entry[T], now int64) (reason, bool) {
-	if p.opts.MaxLifetime > 0 && now-e.created > int64(p.opts.MaxLifetime) {
+	if now > e.deadline {
 		return reasonLifetime, true
 	}
 	if p.opts.IdleTimeout > 0 && now-e.idleAt > int64(p.opts.IdleTimeout) {
@@ -477,10 +549,11 @@ func (p *Pool[T]) expired(e *entry[T], now int64) (reason, bool) {
 }
 
 // needsCheck says whether the Preparer must see an idle item: always when it
-// has never accepted the item, else when it sat idle for CheckAfterIdle.
+// has never accepted the item, else when it sat idle for CheckAfterIdle
+// since its release or the upkeep's last check of it.
 func (p *Pool[T]) needsCheck(e *entry[T], now int64) bool {
 	return p.opts.Preparer != nil &&
-		(!e.checked || p.opts.CheckAfterIdle == 0 || now-e.idleAt >= int64(p.opts.CheckAfterIdle))
+		(!e.checked || p.opts.CheckAfterIdle == 0 || now-max(e.idleAt, e.checkedAt) >= int64(p.opts.CheckAfterIdle))
 }
 
 // prepare runs IsReady and, when the item is not ready, Prepare, within
@@ -669,7 +742,7 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 		p.m.created.Add(ctx, 1, p.m.add...)
 	}
 	now := p.now()
-	e := &entry[T]{value: v, pool: p, created: now, idleAt: now}
+	e := &entry[T]{value: v, pool: p, deadline: p.deadline(now), idleAt: now}
 	watch(p.leaks, e, p.sites)
 	return e, nil
 }
@@ -691,7 +764,10 @@ func (p *Pool[T]) release(e *entry[T]) {
 	}
 	if p.stamp {
 		now := p.now()
-		if p.opts.MaxLifetime > 0 && now-e.created > int64(p.opts.MaxLifetime) {
+		if p.sweepEvery > 0 && now >= p.sweepAt.Load() {
+			p.sweep(now)
+		}
+		if now > e.deadline {
 			p.dispose(e, reasonLifetime)
 			return
 		}
@@ -738,8 +814,17 @@ func (p *Pool[T]) putBack(e *entry[T]) {
 // toGate is putBack without the slots.
 func (p *Pool[T]) toGate(e *entry[T]) {
 	if !p.g.passOn(e) {
-		p.dispose(e, reasonClose)
+		p.dispose(e, p.refusedWhy())
 	}
+}
+
+// refusedWhy is why the gate refused an item: the pool closed, or it holds
+// more items than MaxSize after SetMaxSize shrank it.
+func (p *Pool[T]) refusedWhy() reason {
+	if p.g.isClosed() {
+		return reasonClose
+	}
+	return reasonResize
 }
 
 // detach takes the item of a lease that Detach ended out of the pool.
@@ -805,7 +890,7 @@ func (p *Pool[T]) warn(msg string, err error) {
 // Destroy) ends the calling goroutine, as Goexit must, but only after the
 // rest are destroyed, by the deferred call that Goexit runs on its way out.
 func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
-	b := destroyBatch[T]{p: p, es: es, why: why}
+	b := destroyBatch[T]{p: p, es: es, why: func(*entry[T]) reason { return why }, free: true}
 	b.run()
 	if b.panicked != nil {
 		panic(b.panicked)
@@ -816,9 +901,11 @@ func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
 // destroyBatch is the state of a destroyAll, kept where a deferred call
 // can finish it.
 type destroyBatch[T any] struct {
-	p        *Pool[T]
-	es       []*entry[T] // not destroyed yet
-	why      reason
+	p    *Pool[T]
+	es   []*entry[T] // not destroyed yet
+	why  func(*entry[T]) reason
+	free bool // free each item's permit right after its destroy; else the caller frees them
+
 	errs     []error
 	panicked *panicError // the first Destroy panic
 }
@@ -847,7 +934,13 @@ func (b *destroyBatch[T]) destroy(e *entry[T]) {
 		// code of the batch that runs on it.
 		b.run()
 	}()
-	if err := b.p.destroyAndFree(e, b.why); err != nil {
+	var err error
+	if b.free {
+		err = b.p.destroyAndFree(e, b.why(e))
+	} else {
+		err = b.p.destroyItem(e, b.why(e))
+	}
+	if err != nil {
 		b.errs = append(b.errs, err)
 	}
 	returned = true
@@ -918,6 +1011,9 @@ func (p *Pool[T]) Close() error {
 		return nil
 	}
 	p.cancel()
+	if p.upkeep != nil {
+		p.upkeep.stop()
+	}
 	var unreg error
 	if p.m != nil {
 		unreg = p.m.unregister()
@@ -952,11 +1048,11 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 
 // Stats returns a snapshot of the pool's figures.
 func (p *Pool[T]) Stats() Stats {
-	held, idle, queued, sums := p.g.counts()
+	held, idle, queued, size, sums := p.g.counts()
 	s := Stats{
 		Name:           p.opts.Name,
 		MinSize:        p.opts.MinSize,
-		MaxSize:        p.opts.MaxSize,
+		MaxSize:        size,
 		ItemsAllocated: held + idle,
 		ItemsAvailable: idle,
 		ActiveLeases:   held,
@@ -974,4 +1070,34 @@ func (p *Pool[T]) Stats() Stats {
 	s.IdleExpired, s.LifetimeExpired, s.DestroyErrors = p.c.idleExpired, p.c.lifetimeExpired, p.c.destroyFails
 	p.c.mu.Unlock()
 	return s
+}
+
+// SetMaxSize changes the pool's MaxSize to n, as a configuration reload
+// may. Growing serves the leases waiting now at once, in FIFO order, each
+// with the right to create an item. Shrinking creates nothing past the new
+// MaxSize: idle items beyond it are destroyed now (their Destroy errors are
+// logged) and leased items beyond it when they come back, until the items
+// in existence fit; new leases wait meanwhile. Stats, the gauges and
+// ErrLeaseTimeout's message follow the new value. It returns an error
+// wrapping ErrInvalidOptions when n is below 1 or below MinSize, and
+// ErrClosed on a closed pool.
+func (p *Pool[T]) SetMaxSize(n int) error {
+	if n < 1 || n < p.opts.MinSize {
+		return fmt.Errorf("%w: pool %q: SetMaxSize(%d): MaxSize must be at least 1 and at least MinSize (%d)", ErrInvalidOptions, p.opts.Name, n, p.opts.MinSize)
+	}
+	excess, err := p.g.resize(n)
+	if err != nil {
+		return p.errClosed
+	}
+	p.setErrExhausted(n)
+	if err := p.destroyAll(excess, reasonResize); err != nil {
+		p.warn("SetMaxSize: destroy idle items beyond MaxSize", err)
+	}
+	return nil
+}
+
+// setErrExhausted makes the error a refused TryLease returns, naming size.
+func (p *Pool[T]) setErrExhausted(size int) {
+	err := fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d), or other leases are waiting", ErrExhausted, p.opts.Name, size)
+	p.errExhausted.Store(&err)
 }

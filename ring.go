@@ -210,6 +210,23 @@ func (q *idleQueue[T]) pop() *entry[T] {
 	return e
 }
 
+// filter removes the entries for which drop reports true, keeping the
+// others in their order. Caller holds gate.mu.
+func (q *idleQueue[T]) filter(drop func(*entry[T]) bool) {
+	mask := len(q.buf) - 1
+	kept := 0
+	for i := range q.n {
+		at := (q.head + i) & mask
+		e := q.buf[at]
+		q.buf[at] = nil
+		if !drop(e) {
+			q.buf[(q.head+kept)&mask] = e
+			kept++
+		}
+	}
+	q.n = kept
+}
+
 // grow doubles the buffer. The queue never holds more than MaxSize entries,
 // but MaxSize may be large and mostly unused, so it grows on demand rather
 // than being sized up front.
