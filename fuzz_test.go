@@ -39,7 +39,7 @@ import (
 // Determinism. The model predicts which item each lease gets, so the test
 // gives the pool's idle ring a single slot: whichever processor (or, in the
 // poolportable build, whichever hint) a goroutine runs on, the slot holds
-// the most recently released item, in front of the FIFO queue, as SPEC.md's
+// the most recently released item, in front of the idle queue, as SPEC.md's
 // idle order says; the model keeps it so. Every goroutine the script starts
 // is waited for before the next step, so one goroutine at a time uses the
 // pool, and the order in which user code runs (and so which scheduled fault
@@ -308,7 +308,7 @@ type fzModel struct {
 	nextID  int
 	items   map[int]*fzItem // every item in existence
 	slot    int             // the item parked in the (one) processor's slot; 0: none
-	queue   []int           // the idle FIFO queue, oldest first
+	queue   []int           // the idle queue, oldest first; leases take the newest
 	held    int             // permits held: leased items, the parked one, work in progress
 	closed  bool
 	waiters []*fzWaiter // queued, oldest first
@@ -442,8 +442,8 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 	}
 	if len(m.waiters) == 0 { // nobody queues: a newcomer may not overtake them
 		if len(m.queue) > 0 {
-			id := m.queue[0]
-			m.queue = m.queue[1:]
+			id := m.queue[len(m.queue)-1] // the newest: see ring.go
+			m.queue = m.queue[:len(m.queue)-1]
 			m.held++
 			if m.plain {
 				return m.leased(id)
@@ -584,12 +584,12 @@ func (m *fzModel) prepare(it *fzItem) fzFault {
 	return fzFine
 }
 
-// takeIdle takes the oldest queued item for a caller that holds a permit,
+// takeIdle takes the newest queued item for a caller that holds a permit,
 // else a parked one (whose own permit it frees), else none.
 func (m *fzModel) takeIdle() int {
 	if len(m.queue) > 0 {
-		id := m.queue[0]
-		m.queue = m.queue[1:]
+		id := m.queue[len(m.queue)-1]
+		m.queue = m.queue[:len(m.queue)-1]
 		return id
 	}
 	if id := m.slot; id != 0 {

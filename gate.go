@@ -134,7 +134,7 @@ func (g *gate[T]) unlock() {
 	}
 }
 
-// acquire takes a permit and the oldest idle entry (nil when none is idle)
+// acquire takes a permit and the newest idle entry (nil when none is idle)
 // without waiting; final says that an idle entry completes the lease, which
 // acquire then counts in fastLeases. When no permit is free, or others
 // already wait (the queue is FIFO: a newcomer never overtakes it), and
@@ -169,14 +169,14 @@ func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], ok bo
 }
 
 // acquireLocked takes a permit with an idle entry, when nobody queues: the
-// oldest in the idle queue, else one parked in any slot (which brings its
+// newest in the idle queue, else one parked in any slot (which brings its
 // permit). With none idle it takes a bare permit, if one is free, and
 // returns a nil entry: the caller creates the item. Caller holds g.mu.
 func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	if g.waiters.n > 0 {
 		return nil, false
 	}
-	if e = g.idle.pop(); e != nil {
+	if e = g.idle.popNewest(); e != nil {
 		g.held++ // free: idle entries hold no permit, and held + idle <= size
 		return e, true
 	}
@@ -452,13 +452,13 @@ func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	return e
 }
 
-// takeIdle removes and returns the oldest idle entry, or a parked one, for a
+// takeIdle removes and returns the newest idle entry, or a parked one, for a
 // caller that holds a permit; or nil when none is idle. A parked entry
 // brings a permit of its own, which takeIdle frees (or hands on).
 func (g *gate[T]) takeIdle() *entry[T] {
 	g.mu.Lock()
 	defer g.unlock()
-	if e := g.idle.pop(); e != nil {
+	if e := g.idle.popNewest(); e != nil {
 		return e
 	}
 	e := g.slots.steal()

@@ -467,7 +467,7 @@ func TestLifecycleIdleTimeoutEvictsOnNextLease(t *testing.T) {
 }
 
 // Idle items are judged as leases meet them: the slot of the lease's
-// processor first, then the idle queue oldest first, then other slots. Which
+// processor first, then the idle queue newest first, then other slots. Which
 // expired items one lease meets depends on where they were parked, so the
 // test leases until every item has been met.
 func TestLifecycleIdleTimeoutDestroysEveryExpiredItem(t *testing.T) {

@@ -458,7 +458,7 @@ func (p *Pool[T]) leaseFailed(ctx context.Context, t errType, err error) (Lease[
 }
 
 // obtain turns a held permit into a ready item: e (an item that came with
-// the permit) or the idle items, oldest first, judged against one clock
+// the permit) or the idle items, newest first, judged against one clock
 // read; else a fresh one. On error, and when user code panics, the permit
 // is returned and any item in hand destroyed; failed says which step
 // failed, for pool.lease.errors (the caller tells a ctx that ended, or a

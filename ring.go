@@ -7,7 +7,7 @@ import (
 
 // The idle ring holds the items waiting to be reused: a row of
 // per-processor slots, each holding at most one idle entry, in front of a
-// FIFO queue.
+// queue that leases take from newest first (see The queue).
 //
 // # The slots
 //
@@ -169,14 +169,18 @@ func (r *slots[T]) scan() (sums slotSums) {
 
 // # The queue
 //
-// Behind the slots is the FIFO queue: a circular buffer of entries,
-// guarded by the gate's mutex (gate.mu), so that taking a permit and taking
-// an idle item are one critical section and a release can choose between a
-// waiter and the queue atomically. Items leave from the head, the one idle
-// longest, so lazy eviction meets the oldest first; they join at the tail.
+// Behind the slots is the queue: a circular buffer of entries, guarded by
+// the gate's mutex (gate.mu), so that taking a permit and taking an idle
+// item are one critical section and a release can choose between a waiter
+// and the queue atomically. Items join at the tail. A lease takes the
+// newest, from the tail: a lightly used pool then keeps reusing the same
+// few items, and the ones beyond what its load needs stay at the head,
+// idle longest, until the sweep for expiry (upkeep.go) destroys them. Taken
+// oldest first, they would all stay in use by turns, and never idle long
+// enough to expire. Close, Clear and a shrink drain from the head.
 //
-// The queue never keeps a reference to an entry it gave out: pop clears the
-// slot it read. That matters beyond tidiness: a leased entry must be
+// The queue never keeps a reference to an entry it gave out: pop and
+// popNewest clear the slot they read. That matters beyond tidiness: a leased entry must be
 // reachable only from its Lease handles, so that the garbage collector can
 // find a lease that was dropped without being released.
 type idleQueue[T any] struct {
@@ -225,6 +229,19 @@ func (q *idleQueue[T]) filter(drop func(*entry[T]) bool) {
 		}
 	}
 	q.n = kept
+}
+
+// popNewest removes and returns the newest entry, or nil when the queue is
+// empty. Caller holds gate.mu.
+func (q *idleQueue[T]) popNewest() *entry[T] {
+	if q.n == 0 {
+		return nil
+	}
+	q.n--
+	at := (q.head + q.n) & (len(q.buf) - 1)
+	e := q.buf[at]
+	q.buf[at] = nil
+	return e
 }
 
 // grow doubles the buffer. The queue never holds more than MaxSize entries,
