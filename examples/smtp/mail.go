@@ -46,6 +46,9 @@ type mailConn struct {
 	// server's reply to the message. Reset sends RSET only then, so a
 	// finished send costs no extra round trip.
 	inTx bool
+
+	// connected is when connect last succeeded: see IsReady.
+	connected time.Time
 }
 
 // connect dials, reads the greeting, says EHLO, upgrades with STARTTLS and
@@ -75,7 +78,7 @@ func (mc *mailConn) connect(ctx context.Context) error {
 		mc.conn = nil
 		return fmt.Errorf("smtp AUTH: %w", err)
 	}
-	mc.c, mc.inTx = c, false
+	mc.c, mc.inTx, mc.connected = c, false, time.Now()
 	return nil
 }
 
@@ -175,7 +178,8 @@ type mailer struct {
 
 	dials      atomic.Int64 // sessions the factory opened
 	reconnects atomic.Int64 // sessions Prepare restored in place
-	noopFailed atomic.Int64 // IsReady's NOOPs that failed
+	noops      atomic.Int64 // NOOPs IsReady sent
+	noopFailed atomic.Int64 // of those, the ones that failed
 	rsets      atomic.Int64 // RSETs sent by Reset
 }
 
@@ -193,12 +197,20 @@ func (m *mailer) Create(ctx context.Context) (*mailConn, error) {
 // the server still holds the session. It costs a round trip, which is why
 // the pool is told to call it only after CheckAfterIdle. A failed NOOP
 // means "not ready" (Prepare reconnects), never an error.
+//
+// The pool also checks every fresh session, the moment after the factory
+// made it: a session that connected less than checkAfterIdle ago has just
+// answered AUTH, and a NOOP would tell nothing new.
 func (m *mailer) IsReady(ctx context.Context, mc *mailConn) (bool, error) {
 	if mc.c == nil {
 		return false, nil
 	}
+	if time.Since(mc.connected) < checkAfterIdle {
+		return true, nil
+	}
 	done := mc.bound(ctx)
 	defer done()
+	m.noops.Add(1)
 	if err := mc.c.Noop(); err != nil {
 		m.noopFailed.Add(1)
 		return false, nil

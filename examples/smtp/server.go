@@ -31,9 +31,10 @@ const (
 
 // serverIdleTimeout is how long the server waits for a client's next
 // command before it hangs up (go-smtp's Server.ReadTimeout), as real MTAs
-// do after a few minutes; a few hundred ms here, so that the tour can wait
-// it out.
-const serverIdleTimeout = 300 * time.Millisecond
+// do after a few minutes; half a second here, so that the tour can wait
+// it out, and yet no session under load, on a loaded machine, idles that
+// long.
+const serverIdleTimeout = 500 * time.Millisecond
 
 // backend is the go-smtp Backend: it counts the sessions open at once and
 // every message it receives, by Message-ID.
