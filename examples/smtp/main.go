@@ -99,7 +99,7 @@ func run(w io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	defer p.Close() // for the error paths; closing says its own
+	defer p.Close() // on an error path; after the closing phase it does nothing
 	t.p = p
 
 	for i, phase := range []func(context.Context) error{
