@@ -1,0 +1,106 @@
+package pool_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"sync/atomic"
+	"time"
+
+	"github.com/msl-armory/pool"
+)
+
+// session stands in for a connection whose Close prints nothing.
+type session struct{ id int64 }
+
+// sessions is a factory that numbers its sessions.
+type sessions struct{ dialed atomic.Int64 }
+
+func (s *sessions) Create(context.Context) (*session, error) {
+	return &session{id: s.dialed.Add(1)}, nil
+}
+
+// A configuration reload can resize a pool without dropping it: growing
+// serves the leases waiting now, in FIFO order; shrinking destroys idle
+// items beyond the new MaxSize at once and leased ones as they come back.
+func ExamplePool_SetMaxSize() {
+	p, err := pool.New(context.Background(), &sessions{}, pool.Options[*session]{Name: "db", MaxSize: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	a, _ := p.Lease(ctx)
+	b, _ := p.Lease(ctx)
+
+	got := make(chan pool.Lease[*session])
+	go func() {
+		l, err := p.Lease(ctx) // waits: both items are leased
+		if err != nil {
+			log.Fatal(err)
+		}
+		got <- l
+	}()
+	for p.Stats().QueuedLeases == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := p.SetMaxSize(3); err != nil {
+		log.Fatal(err)
+	}
+	c := <-got
+	fmt.Println("grown to", p.Stats().MaxSize, "- the waiting lease got session", c.Value().id)
+
+	if err := p.SetMaxSize(1); err != nil {
+		log.Fatal(err)
+	}
+	a.Release() // one too many: destroyed
+	b.Release() // one too many: destroyed
+	c.Release() // fits: kept idle
+	s := p.Stats()
+	fmt.Printf("shrunk to %d: %d item, %d destroyed\n", s.MaxSize, s.ItemsAllocated, s.Destroyed)
+	fmt.Println(p.SetMaxSize(0))
+	// Output:
+	// grown to 3 - the waiting lease got session 3
+	// shrunk to 1: 1 item, 2 destroyed
+	// pool: invalid options: pool "db": SetMaxSize(0): MaxSize must be at least 1 and at least MinSize (0)
+}
+
+// The upkeep keeps a lightly used pool in shape without waiting for
+// leases: after a burst, idle items past IdleTimeout are destroyed down to
+// MinSize, which it keeps.
+func ExampleOptions_upkeep() {
+	p, err := pool.New(context.Background(), &sessions{}, pool.Options[*session]{
+		Name:           "api",
+		MinSize:        2,
+		MaxSize:        10,
+		IdleTimeout:    50 * time.Millisecond,
+		UpkeepInterval: 10 * time.Millisecond,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	var burst []pool.Lease[*session]
+	for range 6 {
+		l, err := p.Lease(context.Background())
+		if err != nil {
+			log.Fatal(err)
+		}
+		burst = append(burst, l)
+	}
+	for _, l := range burst {
+		l.Release()
+	}
+	fmt.Println("after the burst:", p.Stats().ItemsAllocated, "items")
+
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().ItemsAllocated > 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // no lease: the upkeep does it
+	}
+	s := p.Stats()
+	fmt.Println("idle a while:", s.ItemsAllocated, "items (MinSize), destroyed", s.IdleExpired, "for idling")
+	// Output:
+	// after the burst: 6 items
+	// idle a while: 2 items (MinSize), destroyed 4 for idling
+}
