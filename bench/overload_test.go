@@ -40,20 +40,23 @@ var (
 	spinSink   uint64 // keeps calibration's spin results live
 )
 
-// calibrateSpin times a long spin several times and takes the fastest run:
-// spin is pure CPU work, so any run slower than the fastest was interrupted
-// (by the scheduler, another process, the hypervisor), and the work
-// overloadWork means is the uninterrupted kind. Each run is about 2 ms,
-// well above the clock's resolution and short enough that most runs are
-// not interrupted on a noisy machine. time.Sleep cannot stand in for the
-// work: it parks the goroutine (so the holder uses no CPU, unlike real
-// work) and its granularity on Linux is tens of µs to a ms, not 20 µs.
+// calibrateSpin times a spin of trialRounds many times and takes the
+// fastest run: spin is pure CPU work, so any run slower than the fastest
+// was interrupted or slowed (by the scheduler, another process, the
+// hypervisor), and the work overloadWork means is the undisturbed kind.
+// Each run is about 65 µs, long enough that the clock's cost (tens of ns)
+// is noise, and short enough that on a busy machine some of the 200 runs
+// (13 ms in all) fall between disturbances: nine runs of 2 ms each once
+// made the work 13 % short while another process was busy. time.Sleep
+// cannot stand in for the work: it parks the goroutine (so the holder uses
+// no CPU, unlike real work) and its granularity on Linux is tens of µs to
+// a ms, not 20 µs.
 func calibrateSpin() int {
 	spinOnce.Do(func() {
-		const trialRounds = 1 << 20
+		const trialRounds = 1 << 15
 		x := uint64(0x9e3779b97f4a7c15)
 		best := time.Duration(1<<63 - 1)
-		for range 9 {
+		for range 200 {
 			t0 := time.Now()
 			x = spin(trialRounds, x)
 			best = min(best, time.Since(t0))
