@@ -36,8 +36,9 @@ type samples struct {
 	lat               [numLatMetrics][]float64
 }
 
-// A latency workload reports, besides ns/op, the percentiles of the wait
-// for an item, its throughput and the work done per lease, through
+// A latency workload reports, besides ns/op, the percentiles and the
+// maximum of the wait for an item, its throughput and the work done per
+// lease, through
 // b.ReportMetric. latMetric indexes them.
 type latMetric int
 
@@ -45,6 +46,7 @@ const (
 	latP50 latMetric = iota
 	latP99
 	latP999
+	latMax
 	latRate // leases/s
 	latWork // median work per lease, ns
 	numLatMetrics
@@ -54,8 +56,8 @@ const (
 // it tidies "p50-ns" to "p50-sec" (a factor of 1e-9), as it does ns/op,
 // and leaves "leases/s" alone. latScale turns them back into ns.
 var (
-	latUnits = [numLatMetrics]string{"p50-sec", "p99-sec", "p99.9-sec", "leases/s", "work-sec"}
-	latScale = [numLatMetrics]float64{1e9, 1e9, 1e9, 1, 1e9}
+	latUnits = [numLatMetrics]string{"p50-sec", "p99-sec", "p99.9-sec", "max-sec", "leases/s", "work-sec"}
+	latScale = [numLatMetrics]float64{1e9, 1e9, 1e9, 1e9, 1, 1e9}
 )
 
 // data is everything read from a benchmark output file.

@@ -36,10 +36,10 @@ goos: linux
 goarch: amd64
 pkg: github.com/msl-armory/pool/bench
 cpu: Test CPU @ 1GHz            
-BenchmarkOverload/pool=msl              	   64000	     20000 ns/op	     50000 leases/s	   1000000 p50-ns	   2000000 p99-ns	   4000000 p99.9-ns	     20000 work-ns	       0 B/op	       0 allocs/op
-BenchmarkOverload/pool=msl-2            	   64000	     10000 ns/op	    100000 leases/s	    500000 p50-ns	    700000 p99-ns	    900000 p99.9-ns	     19800 work-ns	       0 B/op	       0 allocs/op
-BenchmarkOverload/pool=puddle-2         	   64000	     11000 ns/op	     90000 leases/s	    550000 p50-ns	   5000000 p99-ns	  40000000 p99.9-ns	     20000 work-ns	     160 B/op	       2 allocs/op
-BenchmarkOverload/pool=syncpool-2       	   64000	     10000 ns/op	    100000 leases/s	        40.00 p50-ns	       140.0 p99-ns	      1500 p99.9-ns	     20000 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=msl              	   64000	     20000 ns/op	     50000 leases/s	   1000000 p50-ns	   2000000 p99-ns	   4000000 p99.9-ns	   8000000 max-ns	     20000 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=msl-2            	   64000	     10000 ns/op	    100000 leases/s	    500000 p50-ns	    700000 p99-ns	    900000 p99.9-ns	   1800000 max-ns	     19800 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=puddle-2         	   64000	     11000 ns/op	     90000 leases/s	    550000 p50-ns	   5000000 p99-ns	  40000000 p99.9-ns	  80000000 max-ns	     20000 work-ns	     160 B/op	       2 allocs/op
+BenchmarkOverload/pool=syncpool-2       	   64000	     10000 ns/op	    100000 leases/s	        40.00 p50-ns	       140.0 p99-ns	      1500 p99.9-ns	      3000 max-ns	     20000 work-ns	       0 B/op	       0 allocs/op
 PASS
 goos: linux
 goarch: amd64
@@ -61,10 +61,10 @@ goos: linux
 goarch: amd64
 pkg: github.com/msl-armory/pool/bench
 cpu: Test CPU @ 1GHz            
-BenchmarkOverload/pool=msl              	   64000	     22000 ns/op	     45454 leases/s	   1200000 p50-ns	   3000000 p99-ns	   6000000 p99.9-ns	     20200 work-ns	       0 B/op	       0 allocs/op
-BenchmarkOverload/pool=msl-2            	   64000	     12000 ns/op	     83333 leases/s	    700000 p50-ns	    900000 p99-ns	   1100000 p99.9-ns	     20200 work-ns	       0 B/op	       0 allocs/op
-BenchmarkOverload/pool=puddle-2         	   64000	     13000 ns/op	     76923 leases/s	    650000 p50-ns	   7000000 p99-ns	  60000000 p99.9-ns	     20000 work-ns	     170 B/op	       2 allocs/op
-BenchmarkOverload/pool=syncpool-2       	   64000	     10000 ns/op	    100000 leases/s	        44.00 p50-ns	       160.0 p99-ns	      2500 p99.9-ns	     20000 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=msl              	   64000	     22000 ns/op	     45454 leases/s	   1200000 p50-ns	   3000000 p99-ns	   6000000 p99.9-ns	  12000000 max-ns	     20200 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=msl-2            	   64000	     12000 ns/op	     83333 leases/s	    700000 p50-ns	    900000 p99-ns	   1100000 p99.9-ns	   2200000 max-ns	     20200 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=puddle-2         	   64000	     13000 ns/op	     76923 leases/s	    650000 p50-ns	   7000000 p99-ns	  60000000 p99.9-ns	 120000000 max-ns	     20000 work-ns	     170 B/op	       2 allocs/op
+BenchmarkOverload/pool=syncpool-2       	   64000	     10000 ns/op	    100000 leases/s	        44.00 p50-ns	       160.0 p99-ns	      2500 p99.9-ns	      5000 max-ns	     20000 work-ns	       0 B/op	       0 allocs/op
 PASS
 ok  	github.com/msl-armory/pool/bench	12.345s
 `
@@ -97,6 +97,7 @@ func TestParse(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{500000, 700000}, s.lat[latP50], 1e-6)
 	assert.InDeltaSlice(t, []float64{700000, 900000}, s.lat[latP99], 1e-6)
 	assert.InDeltaSlice(t, []float64{900000, 1100000}, s.lat[latP999], 1e-6)
+	assert.InDeltaSlice(t, []float64{1800000, 2200000}, s.lat[latMax], 1e-6)
 	assert.InDeltaSlice(t, []float64{100000, 83333}, s.lat[latRate], 1e-6, "leases/s as reported")
 	assert.InDeltaSlice(t, []float64{19800, 20200}, s.lat[latWork], 1e-6)
 	assert.InDeltaSlice(t, []float64{10000, 12000}, s.ns, 1e-6)
@@ -182,13 +183,14 @@ func TestCellAndCompare(t *testing.T) {
 	assert.InDelta(t, 600000, c.lat[latP50], 1e-6)
 	assert.InDelta(t, 6e6, c.lat[latP99], 1e-6)
 	assert.InDelta(t, 50e6, c.lat[latP999], 1e-6)
+	assert.InDelta(t, 100e6, c.lat[latMax], 1e-6)
 	assert.InDelta(t, 83461.5, c.lat[latRate], 1e-6)
 	assert.InDelta(t, 20000, c.lat[latWork], 1e-6)
 	assert.InDelta(t, 2, c.allocs, 1e-9)
 
 	c, ok = d.cell("Sequential", "msl", 2)
 	require.True(t, ok)
-	assert.Equal(t, [numLatMetrics]float64{-1, -1, -1, -1, -1}, c.lat, "not measured")
+	assert.Equal(t, [numLatMetrics]float64{-1, -1, -1, -1, -1, -1}, c.lat, "not measured")
 }
 
 func TestTargets(t *testing.T) {
@@ -235,12 +237,12 @@ func TestWriteResults(t *testing.T) {
 		"![", "(chart.png)",
 		"### Sequential", "### Parallel", "### Contended", "### Overload: wait for an item",
 		"OVERLOAD_LEASES=64000 leases per run (`-test.benchtime 64000x`)",
-		"| pool | -cpu 1: p50 | p99 | p99.9 | leases/s | work | allocs | -cpu 2: p50 | p99 | p99.9 | leases/s | work | allocs |",
+		"| pool | -cpu 1: p50 | p99 | p99.9 | max | leases/s | work | allocs | -cpu 2: p50 | p99 | p99.9 | max | leases/s | work | allocs |",
 		// Overload, msl: -cpu 1 p50 (1+1.2)/2 ms, p99 2.5 ms, p99.9 5 ms,
-		// 47.7k leases/s; -cpu 2 0.6, 0.8, 1 ms, 91.7k leases/s.
-		"| msl | 1.1 ms | 2.5 ms | 5 ms | 47.7k | 20.1 µs | 0 | 600 µs | 800 µs | 1 ms | 91.7k | 20 µs | 0 |",
-		"| puddle | – | – | – | – | – | – | 600 µs | 6 ms | 50 ms | 83.5k | 20 µs | 2 |",
-		"| syncpool | – | – | – | – | – | – | 42 ns | 150 ns | 2 µs | 100.0k | 20 µs | 0 |",
+		// max 10 ms, 47.7k leases/s; -cpu 2 0.6, 0.8, 1, 2 ms, 91.7k leases/s.
+		"| msl | 1.1 ms | 2.5 ms | 5 ms | 10 ms | 47.7k | 20.1 µs | 0 | 600 µs | 800 µs | 1 ms | 2 ms | 91.7k | 20 µs | 0 |",
+		"| puddle | – | – | – | – | – | – | – | 600 µs | 6 ms | 50 ms | 100 ms | 83.5k | 20 µs | 2 |",
+		"| syncpool | – | – | – | – | – | – | – | 42 ns | 150 ns | 2 µs | 4 µs | 100.0k | 20 µs | 0 |",
 		// Sequential, puddle: 160 and 210 ns; theirs/ours 160/32 = 5, 210/42 = 5.
 		"| puddle | 160 | 0 | 0 | 5.00 | 0.20 | 210 | 0 | 0 | 5.00 | 0.20 |",
 		"| msl | 32.0 | 0 | 0 | base | base | 42.0 | 0 | 0 | base | base |",

@@ -213,18 +213,19 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 }
 
 // writeLatency writes the table of a latency workload: per pool and -cpu,
-// the medians over the runs of each run's wait percentiles, throughput,
+// the medians over the runs of each run's wait percentiles and maximum,
+// throughput,
 // work per lease and allocs/op.
 func writeLatency(p func(string, ...any), d *data, wl string) {
 	p("### %s: wait for an item\n\n", wl)
-	p("Medians over the runs of each run's percentiles of the wait, from calling lease (Lease, Acquire, BorrowObject, Get) to holding an item; leases/s = leases completed per second of wall time; work = the median measured work per lease while holding the item (the spin calibrated to 20 µs); allocs = allocs/op. syncpool has no bound, so it never waits: its figures are the cost of `Get`, the floor, not a competitor.\n\n")
+	p("Medians over the runs of each run's percentiles of the wait, from calling lease (Lease, Acquire, BorrowObject, Get) to holding an item; max = the longest wait, which shows starvation that the percentiles cannot (each goroutine makes the same number of leases, so a goroutine starved for most of the run adds one long wait, not many); leases/s = leases completed per second of wall time; work = the median measured work per lease while holding the item (the spin calibrated to 20 µs); allocs = allocs/op. syncpool has no bound, so it never waits: its figures are the cost of `Get`, the floor, not a competitor.\n\n")
 	p("| pool |")
 	for _, procs := range d.procs {
-		p(" -cpu %d: p50 | p99 | p99.9 | leases/s | work | allocs |", procs)
+		p(" -cpu %d: p50 | p99 | p99.9 | max | leases/s | work | allocs |", procs)
 	}
 	p("\n| --- |")
 	for range d.procs {
-		p(" ---: | ---: | ---: | ---: | ---: | ---: |")
+		p(" ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	}
 	p("\n")
 	for _, pool := range d.pools {
@@ -232,11 +233,11 @@ func writeLatency(p func(string, ...any), d *data, wl string) {
 		for _, procs := range d.procs {
 			c, ok := d.cell(wl, pool, procs)
 			if !ok {
-				p(" – | – | – | – | – | – |")
+				p(" – | – | – | – | – | – | – |")
 				continue
 			}
-			p(" %s | %s | %s | %s | %s | %s |", fmtDur(c.lat[latP50]), fmtDur(c.lat[latP99]), fmtDur(c.lat[latP999]),
-				fmtRate(c.lat[latRate]), fmtDur(c.lat[latWork]), fmtCount(c.allocs))
+			p(" %s | %s | %s | %s | %s | %s | %s |", fmtDur(c.lat[latP50]), fmtDur(c.lat[latP99]), fmtDur(c.lat[latP999]),
+				fmtDur(c.lat[latMax]), fmtRate(c.lat[latRate]), fmtDur(c.lat[latWork]), fmtCount(c.allocs))
 		}
 		p("\n")
 	}
