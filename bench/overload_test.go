@@ -69,7 +69,8 @@ func calibrateSpin() int {
 
 // overloadWorker is one goroutine of the workload. Its sample slices are
 // allocated before the timer starts and written by index, so recording a
-// sample allocates nothing and touches no line another worker writes.
+// sample allocates nothing, and shares a cache line with another worker's
+// writes at most at the ends of its slices.
 type overloadWorker struct {
 	wait  []time.Duration // per lease: calling lease until holding an item
 	work  []time.Duration // per lease: the spin's duration as it ran (a check on the calibration)
@@ -107,6 +108,8 @@ func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 			spins: spins,
 		}
 	}
+	// ready: every goroutine has been created and scheduled once before the
+	// timer starts, so the timer holds leases, not goroutine start-up.
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
 	for g := range workers {
