@@ -1,10 +1,13 @@
 // Package bench compares github.com/msl-armory/pool with other ways to pool
-// items in Go, on the same three workloads:
+// items in Go, on the same four workloads:
 //
 //   - Sequential: one goroutine leases and releases, over 16 items.
 //   - Parallel: b.RunParallel (one goroutine per P), over 16 items.
 //   - Contended: b.RunParallel with b.SetParallelism(4), over 2 items, so
 //     most leases wait for a release.
+//   - Overload: 64 goroutines over 8 items, each holding its item for about
+//     20 µs of CPU work; it reports the wait for an item as percentiles
+//     (overload_test.go).
 //
 // Sub-benchmarks are named pool=NAME so that benchstat -col /pool puts the
 // pools in columns. Each pool's loop is written out with its concrete types,

@@ -3,9 +3,15 @@
 #   raw.txt        every run's `go test -bench` output (the evidence)
 #   benchstat.txt  benchstat -col /pool over raw.txt, msl as the base column
 #   RESULTS.md     medians, ratios to msl, the targets' verdicts, benchstat
-#   chart.png      median ns/op per workload and pool at -cpu 2
+#   chart.png      median ns/op per workload and pool at -cpu 2, and the
+#                  Overload workload's wait percentiles
 #
-# Environment: COUNT rounds (default 6), BENCHTIME per benchmark (default 1s).
+# Environment: COUNT rounds (default 6), BENCHTIME per benchmark (default 1s),
+# OVERLOAD_LEASES leases per Overload run (default 64000: 1000 per goroutine).
+# Overload runs a fixed number of leases rather than BENCHTIME, so that every
+# pool's percentiles come from the same number of samples and go test spends
+# no time finding b.N (at about 20 µs of CPU work a lease, 64000 leases take
+# about 1.3 s at -cpu 1).
 # Each round runs every benchmark once, so the pools are interleaved in time
 # and a burst of noise hits one round of all of them, not all runs of one.
 # Runs from any directory.
@@ -13,6 +19,7 @@ set -euo pipefail
 
 COUNT=${COUNT:-6}
 BENCHTIME=${BENCHTIME:-1s}
+OVERLOAD_LEASES=${OVERLOAD_LEASES:-64000}
 POOLS="msl puddle commons channel semaphore syncpool" # msl first: the base
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,9 +33,11 @@ go test -c -o "$tmp/bench.test" .
 
 : >raw.txt
 for round in $(seq 1 "$COUNT"); do
-	echo "==> round $round of $COUNT (benchtime $BENCHTIME, -cpu 1,2)"
-	"$tmp/bench.test" -test.run '^$' -test.bench . -test.cpu 1,2 -test.count 1 \
-		-test.benchtime "$BENCHTIME" | tee -a raw.txt
+	echo "==> round $round of $COUNT (benchtime $BENCHTIME, Overload ${OVERLOAD_LEASES}x, -cpu 1,2)"
+	"$tmp/bench.test" -test.run '^$' -test.bench '^Benchmark(Sequential|Parallel|Contended)$' \
+		-test.cpu 1,2 -test.count 1 -test.benchtime "$BENCHTIME" | tee -a raw.txt
+	"$tmp/bench.test" -test.run '^$' -test.bench '^BenchmarkOverload$' \
+		-test.cpu 1,2 -test.count 1 -test.benchtime "${OVERLOAD_LEASES}x" | tee -a raw.txt
 done
 
 echo "==> benchstat"
@@ -36,7 +45,8 @@ go run golang.org/x/perf/cmd/benchstat -col "/pool@($POOLS)" raw.txt >benchstat.
 
 echo "==> report"
 go run ./cmd/report -raw raw.txt -benchstat benchstat.txt -out RESULTS.md -chart chart.png \
-	-count "$COUNT" -benchtime "$BENCHTIME" -command "COUNT=$COUNT BENCHTIME=$BENCHTIME bench/run.sh"
+	-count "$COUNT" -benchtime "$BENCHTIME" -overload-leases "$OVERLOAD_LEASES" \
+	-command "COUNT=$COUNT BENCHTIME=$BENCHTIME OVERLOAD_LEASES=$OVERLOAD_LEASES bench/run.sh"
 
 echo
 echo "Results:"

@@ -4,7 +4,7 @@
 // it; run by hand:
 //
 //	go run ./cmd/report -raw raw.txt -benchstat benchstat.txt \
-//		-out RESULTS.md -chart chart.png -count 6 -benchtime 1s
+//		-out RESULTS.md -chart chart.png -count 6 -benchtime 1s -overload-leases 64000
 package main
 
 import (
@@ -27,15 +27,16 @@ func main() {
 	chart := flag.String("chart", "chart.png", "PNG chart to write (empty: none)")
 	count := flag.String("count", "?", "COUNT the results were run with (for the report)")
 	benchtime := flag.String("benchtime", "?", "BENCHTIME the results were run with (for the report)")
+	overload := flag.String("overload-leases", "?", "OVERLOAD_LEASES the latency workloads were run with (for the report)")
 	command := flag.String("command", "bench/run.sh", "the command that produced the results (for the report)")
 	flag.Parse()
-	if err := run(*raw, *benchstatFile, *out, *chart, *count, *benchtime, *command); err != nil {
+	if err := run(*raw, *benchstatFile, *out, *chart, *count, *benchtime, *overload, *command); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }
 
-func run(raw, benchstatFile, out, chart, count, benchtime, command string) error {
+func run(raw, benchstatFile, out, chart, count, benchtime, overload, command string) error {
 	f, err := os.Open(raw)
 	if err != nil {
 		return err
@@ -63,6 +64,7 @@ func run(raw, benchstatFile, out, chart, count, benchtime, command string) error
 		goarch:    firstOf(d.config["goarch"], runtime.GOARCH),
 		count:     count,
 		benchtime: benchtime,
+		overload:  overload,
 		command:   command,
 	}
 	m.cpu = firstOf(cpuModel(), d.config["cpu"], "unknown")

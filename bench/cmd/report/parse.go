@@ -28,10 +28,37 @@ type key struct {
 	procs    int
 }
 
-// samples holds one benchmark's per-run measurements, in input order.
+// samples holds one benchmark's per-run measurements, in input order. The
+// latency metrics (lat) are there only for workloads that report them,
+// such as Overload; they are in ns, leases/s for the rate.
 type samples struct {
 	ns, allocs, bytes []float64
+	lat               [numLatMetrics][]float64
 }
+
+// A latency workload reports, besides ns/op, the percentiles and the
+// maximum of the wait for an item, its throughput and the work done per
+// lease, through
+// b.ReportMetric. latMetric indexes them.
+type latMetric int
+
+const (
+	latP50 latMetric = iota
+	latP99
+	latP999
+	latMax
+	latRate // leases/s
+	latWork // median work per lease, ns
+	numLatMetrics
+)
+
+// latUnits are the units of the latency metrics as benchfmt gives them:
+// it tidies "p50-ns" to "p50-sec" (a factor of 1e-9), as it does ns/op,
+// and leaves "leases/s" alone. latScale turns them back into ns.
+var (
+	latUnits = [numLatMetrics]string{"p50-sec", "p99-sec", "p99.9-sec", "max-sec", "leases/s", "work-sec"}
+	latScale = [numLatMetrics]float64{1e9, 1e9, 1e9, 1e9, 1, 1e9}
+)
 
 // data is everything read from a benchmark output file.
 type data struct {
@@ -43,11 +70,13 @@ type data struct {
 }
 
 // cell is the summary of one benchmark: the median of each measurement over
-// n runs. allocs and bytes are -1 when the runs did not report them.
+// n runs. allocs and bytes are -1 when the runs did not report them, as is
+// each lat entry (the median of that metric's per-run values).
 type cell struct {
 	n                 int
 	ns, allocs, bytes float64
 	maxAllocs         float64
+	lat               [numLatMetrics]float64
 }
 
 // parse reads `go test -bench` output (any number of runs, concatenated).
@@ -87,6 +116,11 @@ func parse(r io.Reader, fileName string) (*data, error) {
 			}
 			if v, ok := rec.Value("B/op"); ok {
 				s.bytes = append(s.bytes, v)
+			}
+			for m, unit := range latUnits {
+				if v, ok := rec.Value(unit); ok {
+					s.lat[m] = append(s.lat[m], v*latScale[m])
+				}
 			}
 			for _, c := range rec.Config {
 				if c.File {
@@ -172,7 +206,38 @@ func (d *data) cell(workload, pool string, procs int) (c cell, ok bool) {
 	if len(s.bytes) > 0 {
 		c.bytes = median(s.bytes)
 	}
+	for m, xs := range s.lat {
+		c.lat[m] = -1
+		if len(xs) > 0 {
+			c.lat[m] = median(xs)
+		}
+	}
 	return c, true
+}
+
+// isLatency reports whether any run of workload reported the wait's p99:
+// such a workload gets a table of percentiles and a chart panel of its own
+// rather than a place among the ns/op comparisons.
+func (d *data) isLatency(workload string) bool {
+	for k, s := range d.runs {
+		if k.workload == workload && len(s.lat[latP99]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// split returns d.workloads divided into those compared by ns/op and those
+// reported by wait percentiles, each in d.workloads' order.
+func (d *data) split() (throughput, latency []string) {
+	for _, wl := range d.workloads {
+		if d.isLatency(wl) {
+			latency = append(latency, wl)
+		} else {
+			throughput = append(throughput, wl)
+		}
+	}
+	return throughput, latency
 }
 
 // median returns the middle value of xs, or the mean of the two middle

@@ -12,9 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// sample is two rounds of benchmark output as run.sh appends them, with the
+// sample is two rounds of benchmark output as run.sh appends them (each
+// round two runs of the test binary, the second for Overload), with the
 // pools out of poolOrder, GOMAXPROCS 1 (no suffix) and 2, and go test's
-// chatter between rounds. Round 2 differs so that medians are means of two.
+// chatter between runs. Round 2 differs so that medians are means of two.
 const sample = `goos: linux
 goarch: amd64
 pkg: github.com/msl-armory/pool/bench
@@ -35,6 +36,15 @@ goos: linux
 goarch: amd64
 pkg: github.com/msl-armory/pool/bench
 cpu: Test CPU @ 1GHz            
+BenchmarkOverload/pool=msl              	   64000	     20000 ns/op	     50000 leases/s	   1000000 p50-ns	   2000000 p99-ns	   4000000 p99.9-ns	   8000000 max-ns	     20000 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=msl-2            	   64000	     10000 ns/op	    100000 leases/s	    500000 p50-ns	    700000 p99-ns	    900000 p99.9-ns	   1800000 max-ns	     19800 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=puddle-2         	   64000	     11000 ns/op	     90000 leases/s	    550000 p50-ns	   5000000 p99-ns	  40000000 p99.9-ns	  80000000 max-ns	     20000 work-ns	     160 B/op	       2 allocs/op
+BenchmarkOverload/pool=syncpool-2       	   64000	     10000 ns/op	    100000 leases/s	        40.00 p50-ns	       140.0 p99-ns	      1500 p99.9-ns	      3000 max-ns	     20000 work-ns	       0 B/op	       0 allocs/op
+PASS
+goos: linux
+goarch: amd64
+pkg: github.com/msl-armory/pool/bench
+cpu: Test CPU @ 1GHz            
 BenchmarkSequential/pool=puddle         	 1000000	       170.0 ns/op	       0 B/op	       0 allocs/op
 BenchmarkSequential/pool=puddle-2       	 1000000	       220.0 ns/op	       0 B/op	       0 allocs/op
 BenchmarkSequential/pool=msl            	 1000000	        34.00 ns/op	       0 B/op	       0 allocs/op
@@ -46,6 +56,15 @@ BenchmarkParallel/pool=puddle-2         	 1000000	       220.0 ns/op	       0 B/
 BenchmarkParallel/pool=syncpool-2       	 1000000	         6.000 ns/op	       0 B/op	       0 allocs/op
 BenchmarkContended/pool=msl-2           	 1000000	       340.0 ns/op	       0 B/op	       0 allocs/op
 BenchmarkContended/pool=puddle-2        	 1000000	       640.0 ns/op	     175 B/op	       2 allocs/op
+PASS
+goos: linux
+goarch: amd64
+pkg: github.com/msl-armory/pool/bench
+cpu: Test CPU @ 1GHz            
+BenchmarkOverload/pool=msl              	   64000	     22000 ns/op	     45454 leases/s	   1200000 p50-ns	   3000000 p99-ns	   6000000 p99.9-ns	  12000000 max-ns	     20200 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=msl-2            	   64000	     12000 ns/op	     83333 leases/s	    700000 p50-ns	    900000 p99-ns	   1100000 p99.9-ns	   2200000 max-ns	     20200 work-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=puddle-2         	   64000	     13000 ns/op	     76923 leases/s	    650000 p50-ns	   7000000 p99-ns	  60000000 p99.9-ns	 120000000 max-ns	     20000 work-ns	     170 B/op	       2 allocs/op
+BenchmarkOverload/pool=syncpool-2       	   64000	     10000 ns/op	    100000 leases/s	        44.00 p50-ns	       160.0 p99-ns	      2500 p99.9-ns	      5000 max-ns	     20000 work-ns	       0 B/op	       0 allocs/op
 PASS
 ok  	github.com/msl-armory/pool/bench	12.345s
 `
@@ -59,7 +78,7 @@ func parseSample(t *testing.T) *data {
 
 func TestParse(t *testing.T) {
 	d := parseSample(t)
-	assert.Equal(t, []string{"Sequential", "Parallel", "Contended"}, d.workloads, "workloads in the order first seen")
+	assert.Equal(t, []string{"Sequential", "Parallel", "Contended", "Overload"}, d.workloads, "workloads in the order first seen")
 	assert.Equal(t, []string{"msl", "puddle", "syncpool"}, d.pools, "pools in poolOrder, ours first")
 	assert.Equal(t, []int{1, 2}, d.procs)
 	assert.Equal(t, "linux", d.config["goos"])
@@ -70,6 +89,28 @@ func TestParse(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{150, 170}, s.ns, 1e-9, "ns/op per run, in input order")
 	assert.Equal(t, []float64{0, 0}, s.allocs)
 	assert.Nil(t, d.runs[key{"Parallel", "msl", 1}], "no such benchmark in the sample")
+	assert.Nil(t, s.lat[latP99], "a throughput workload has no latency metrics")
+
+	// benchfmt reads p50-ns as p50-sec; parse turns it back into ns.
+	s = d.runs[key{"Overload", "msl", 2}]
+	require.NotNil(t, s)
+	assert.InDeltaSlice(t, []float64{500000, 700000}, s.lat[latP50], 1e-6)
+	assert.InDeltaSlice(t, []float64{700000, 900000}, s.lat[latP99], 1e-6)
+	assert.InDeltaSlice(t, []float64{900000, 1100000}, s.lat[latP999], 1e-6)
+	assert.InDeltaSlice(t, []float64{1800000, 2200000}, s.lat[latMax], 1e-6)
+	assert.InDeltaSlice(t, []float64{100000, 83333}, s.lat[latRate], 1e-6, "leases/s as reported")
+	assert.InDeltaSlice(t, []float64{19800, 20200}, s.lat[latWork], 1e-6)
+	assert.InDeltaSlice(t, []float64{10000, 12000}, s.ns, 1e-6)
+}
+
+func TestSplit(t *testing.T) {
+	d := parseSample(t)
+	throughput, latency := d.split()
+	assert.Equal(t, []string{"Sequential", "Parallel", "Contended"}, throughput)
+	assert.Equal(t, []string{"Overload"}, latency)
+	assert.True(t, d.isLatency("Overload"))
+	assert.False(t, d.isLatency("Contended"))
+	assert.False(t, d.isLatency("NoSuchWorkload"))
 }
 
 func TestParseRejects(t *testing.T) {
@@ -136,6 +177,20 @@ func TestCellAndCompare(t *testing.T) {
 
 	_, ok = d.compare("Contended", "syncpool", 2)
 	assert.False(t, ok, "no syncpool runs to compare with")
+
+	c, ok = d.cell("Overload", "puddle", 2)
+	require.True(t, ok)
+	assert.InDelta(t, 600000, c.lat[latP50], 1e-6)
+	assert.InDelta(t, 6e6, c.lat[latP99], 1e-6)
+	assert.InDelta(t, 50e6, c.lat[latP999], 1e-6)
+	assert.InDelta(t, 100e6, c.lat[latMax], 1e-6)
+	assert.InDelta(t, 83461.5, c.lat[latRate], 1e-6)
+	assert.InDelta(t, 20000, c.lat[latWork], 1e-6)
+	assert.InDelta(t, 2, c.allocs, 1e-9)
+
+	c, ok = d.cell("Sequential", "msl", 2)
+	require.True(t, ok)
+	assert.Equal(t, [numLatMetrics]float64{-1, -1, -1, -1, -1, -1}, c.lat, "not measured")
 }
 
 func TestTargets(t *testing.T) {
@@ -170,7 +225,7 @@ func TestWriteResults(t *testing.T) {
 	require.NoError(t, writeResults(&buf, d, meta{
 		date: "2026-01-02 03:04 UTC", goVersion: "go version go1.26 linux/amd64",
 		cpu: "Test CPU", ncpu: 2, goos: "linux", goarch: "amd64",
-		count: "2", benchtime: "1s", command: "COUNT=2 BENCHTIME=1s bench/run.sh",
+		count: "2", benchtime: "1s", overload: "64000", command: "COUNT=2 BENCHTIME=1s bench/run.sh",
 	}, "chart.png", bs))
 	out := buf.String()
 
@@ -180,7 +235,14 @@ func TestWriteResults(t *testing.T) {
 		"Test CPU (2 logical CPUs)",
 		"2 runs of each benchmark",
 		"![", "(chart.png)",
-		"### Sequential", "### Parallel", "### Contended",
+		"### Sequential", "### Parallel", "### Contended", "### Overload: wait for an item",
+		"OVERLOAD_LEASES=64000 leases per run (`-test.benchtime 64000x`)",
+		"| pool | -cpu 1: p50 | p99 | p99.9 | max | leases/s | work | allocs | -cpu 2: p50 | p99 | p99.9 | max | leases/s | work | allocs |",
+		// Overload, msl: -cpu 1 p50 (1+1.2)/2 ms, p99 2.5 ms, p99.9 5 ms,
+		// max 10 ms, 47.7k leases/s; -cpu 2 0.6, 0.8, 1, 2 ms, 91.7k leases/s.
+		"| msl | 1.1 ms | 2.5 ms | 5 ms | 10 ms | 47.7k | 20.1 µs | 0 | 600 µs | 800 µs | 1 ms | 2 ms | 91.7k | 20 µs | 0 |",
+		"| puddle | – | – | – | – | – | – | – | 600 µs | 6 ms | 50 ms | 100 ms | 83.5k | 20 µs | 2 |",
+		"| syncpool | – | – | – | – | – | – | – | 42 ns | 150 ns | 2 µs | 4 µs | 100.0k | 20 µs | 0 |",
 		// Sequential, puddle: 160 and 210 ns; theirs/ours 160/32 = 5, 210/42 = 5.
 		"| puddle | 160 | 0 | 0 | 5.00 | 0.20 | 210 | 0 | 0 | 5.00 | 0.20 |",
 		"| msl | 32.0 | 0 | 0 | base | base | 42.0 | 0 | 0 | base | base |",
@@ -195,20 +257,58 @@ func TestWriteResults(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 	assert.Contains(t, out, "(reported, not counted)")
+	assert.NotContains(t, out, "Overload: ours 0 allocs/op", "a latency workload has no targets")
+	assert.NotContains(t, out, "### Overload\n", "a latency workload has no ns/op table")
 }
 
 func TestDrawChart(t *testing.T) {
-	d := parseSample(t)
-	path := filepath.Join(t.TempDir(), "chart.png")
-	require.NoError(t, drawChart(d, chartProcs(d), path))
+	only := func(keep func(line string) bool) string {
+		var b strings.Builder
+		for line := range strings.Lines(sample) {
+			if !strings.HasPrefix(line, "Benchmark") || keep(line) {
+				b.WriteString(line)
+			}
+		}
+		return b.String()
+	}
+	for name, in := range map[string]string{
+		"both panels":     sample,
+		"throughput only": only(func(l string) bool { return !strings.HasPrefix(l, "BenchmarkOverload") }),
+		"latency only":    only(func(l string) bool { return strings.HasPrefix(l, "BenchmarkOverload") }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, err := parse(strings.NewReader(in), name)
+			require.NoError(t, err)
+			path := filepath.Join(t.TempDir(), "chart.png")
+			require.NoError(t, drawChart(d, chartProcs(d), path))
 
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	img, err := png.Decode(f)
-	require.NoError(t, err)
-	assert.Equal(t, chartWidthPx, img.Bounds().Dx())
-	assert.Equal(t, chartHeightPx, img.Bounds().Dy())
+			f, err := os.Open(path)
+			require.NoError(t, err)
+			defer f.Close()
+			img, err := png.Decode(f)
+			require.NoError(t, err)
+			assert.Equal(t, chartWidthPx, img.Bounds().Dx())
+			assert.Equal(t, chartHeightPx, img.Bounds().Dy())
+		})
+	}
+}
+
+func TestFmtDur(t *testing.T) {
+	for ns, want := range map[float64]string{
+		-1: "–", 42: "42 ns", 999: "999 ns", 1500: "1.5 µs", 19960: "20 µs",
+		588000: "588 µs", 1.154e6: "1.15 ms", 450e6: "450 ms", 2.5e9: "2.5 s",
+	} {
+		assert.Equal(t, want, fmtDur(ns), "fmtDur(%g)", ns)
+	}
+	for ns, want := range map[float64]string{
+		1: "1ns", 33: "33ns", 1e3: "1µs", 1460: "1.5µs", 588e3: "588µs",
+		1e6: "1ms", 1.22e6: "1.2ms", 38.3e6: "38ms", 999.7e3: "1ms", 450e6: "450ms",
+	} {
+		assert.Equal(t, want, fmtDurShort(ns), "fmtDurShort(%g)", ns)
+	}
+	for v, want := range map[float64]string{-1: "–", 500: "500", 47727: "47.7k", 1.5e6: "1.50M"} {
+		assert.Equal(t, want, fmtRate(v), "fmtRate(%g)", v)
+	}
 }
 
 func TestLog10Ticks(t *testing.T) {

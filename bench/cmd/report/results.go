@@ -17,6 +17,7 @@ type meta struct {
 	goarch    string
 	count     string // COUNT: rounds of the whole suite
 	benchtime string // BENCHTIME: -test.benchtime of each benchmark
+	overload  string // OVERLOAD_LEASES: leases per run of a latency workload
 	command   string // the command that produced the results
 }
 
@@ -109,20 +110,22 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 	}
 	p("\n")
 	p("- GOOS/GOARCH: %s/%s\n", m.goos, m.goarch)
-	p("- COUNT=%s rounds, BENCHTIME=%s per benchmark; %s\n", m.count, m.benchtime, runsPerCell(d))
+	p("- COUNT=%s rounds, BENCHTIME=%s per benchmark, Overload a fixed OVERLOAD_LEASES=%s leases per run (`-test.benchtime %sx`); %s\n", m.count, m.benchtime, m.overload, m.overload, runsPerCell(d))
 	p("- Each round runs every benchmark once (`-test.count 1 -test.cpu 1,2`), so the pools are interleaved in time; each figure below is the median over the rounds.\n\n")
 	p("Workloads (items are separately allocated 128-byte structs, one cache line apart at least):\n\n")
 	p("- **Sequential**: one goroutine leases and releases in a `b.Loop()` loop; 16 items, created before the timer starts.\n")
 	p("- **Parallel**: `b.RunParallel`, one goroutine per P; 16 items.\n")
-	p("- **Contended**: `b.RunParallel` with `b.SetParallelism(4)` over 2 items: most leases wait for a release.\n\n")
+	p("- **Contended**: `b.RunParallel` with `b.SetParallelism(4)` over 2 items: most leases wait for a release.\n")
+	p("- **Overload**: 64 goroutines over 8 items, each holding its item for about 20 µs of CPU work (a spin loop calibrated when the benchmark starts): nearly every lease waits. Reported as the wait for an item, from calling lease to holding it.\n\n")
 	p("Pools: **msl** is this module; **puddle** is github.com/jackc/puddle/v2; **commons** is github.com/jolestar/go-commons-pool/v2; **channel** is a buffered channel of items; **semaphore** is golang.org/x/sync/semaphore plus a mutex-guarded stack; **syncpool** is sync.Pool, unbounded and ctx-less: the floor, not a competitor.\n\n")
 	if chart != "" {
-		p("![ns/op per pool and workload at the highest -cpu, log scale](%s)\n\n", chart)
+		p("![ns/op per pool and workload, and the Overload wait percentiles, at the highest -cpu, log scale](%s)\n\n", chart)
 	}
 
+	throughput, latency := d.split()
 	p("## Results\n\n")
 	p("Medians per pool. ns = ns/op; allocs = allocs/op; B = B/op; theirs/ours = the pool's ns/op over msl's (above 1: msl is faster); ours/theirs is its inverse.\n\n")
-	for _, wl := range d.workloads {
+	for _, wl := range throughput {
 		p("### %s\n\n", wl)
 		p("| pool |")
 		for _, procs := range d.procs {
@@ -154,6 +157,9 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 		}
 		p("\n")
 	}
+	for _, wl := range latency {
+		writeLatency(p, d, wl)
+	}
 
 	p("## Targets\n\n")
 	p("Computed from the medians above each time the report runs.\n\n")
@@ -179,7 +185,9 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 	}
 	p("\n| target | ours allocs/op, median per -cpu | max over runs | result |\n")
 	p("| --- | --- | --- | --- |\n")
-	for _, wl := range d.workloads {
+	// The latency workloads have no targets: their allocs/op are in their
+	// tables.
+	for _, wl := range throughput {
 		cells, v := checkAllocs(d, wl)
 		counted++
 		if v.met {
@@ -202,6 +210,38 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 	}
 	p("```\n")
 	return ew.err
+}
+
+// writeLatency writes the table of a latency workload: per pool and -cpu,
+// the medians over the runs of each run's wait percentiles and maximum,
+// throughput,
+// work per lease and allocs/op.
+func writeLatency(p func(string, ...any), d *data, wl string) {
+	p("### %s: wait for an item\n\n", wl)
+	p("Medians over the runs of each run's percentiles of the wait, from calling lease (Lease, Acquire, BorrowObject, Get) to holding an item; max = the longest wait, which shows starvation that the percentiles cannot (each goroutine makes the same number of leases, so a goroutine starved for most of the run adds one long wait, not many); leases/s = leases completed per second of wall time; work = the median measured work per lease while holding the item (the spin calibrated to 20 µs); allocs = allocs/op. syncpool has no bound, so it never waits: its figures are the cost of `Get`, the floor, not a competitor.\n\n")
+	p("| pool |")
+	for _, procs := range d.procs {
+		p(" -cpu %d: p50 | p99 | p99.9 | max | leases/s | work | allocs |", procs)
+	}
+	p("\n| --- |")
+	for range d.procs {
+		p(" ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	}
+	p("\n")
+	for _, pool := range d.pools {
+		p("| %s |", pool)
+		for _, procs := range d.procs {
+			c, ok := d.cell(wl, pool, procs)
+			if !ok {
+				p(" – | – | – | – | – | – | – |")
+				continue
+			}
+			p(" %s | %s | %s | %s | %s | %s | %s |", fmtDur(c.lat[latP50]), fmtDur(c.lat[latP99]), fmtDur(c.lat[latP999]),
+				fmtDur(c.lat[latMax]), fmtRate(c.lat[latRate]), fmtDur(c.lat[latWork]), fmtCount(c.allocs))
+		}
+		p("\n")
+	}
+	p("\n")
 }
 
 // runsPerCell describes how many runs each benchmark has: "6 runs each", or
@@ -233,6 +273,35 @@ func fmtNs(ns float64) string {
 		return fmt.Sprintf("%.1f", ns)
 	}
 	return fmt.Sprintf("%.0f", ns)
+}
+
+// fmtDur formats nanoseconds as a duration with about three significant
+// digits in the unit that suits it; a negative value means not measured.
+func fmtDur(ns float64) string {
+	switch {
+	case ns < 0:
+		return "–"
+	case ns < 1e3:
+		return fmt.Sprintf("%.0f ns", ns)
+	case ns < 1e6:
+		return fmt.Sprintf("%.3g µs", ns/1e3)
+	case ns < 1e9:
+		return fmt.Sprintf("%.3g ms", ns/1e6)
+	}
+	return fmt.Sprintf("%.3g s", ns/1e9)
+}
+
+// fmtRate formats a rate per second; a negative value means not measured.
+func fmtRate(v float64) string {
+	switch {
+	case v < 0:
+		return "–"
+	case v < 1e3:
+		return fmt.Sprintf("%.0f", v)
+	case v < 1e6:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.2fM", v/1e6)
 }
 
 // fmtCount formats allocs/op or B/op; a negative value means not measured.
