@@ -20,6 +20,10 @@ func procPin() int
 //go:linkname procUnpin runtime.procUnpin
 func procUnpin()
 
+// pinsProcessor says that procPin keeps the goroutine on its processor:
+// nothing else runs there until procUnpin.
+const pinsProcessor = true
+
 // monotime reads the runtime's monotonic clock, in nanoseconds: the clock
 // time.Now reads for its monotonic part, without the wall-clock read that
 // time.Now adds.

@@ -26,6 +26,10 @@ func procPin() int {
 
 func procUnpin() {}
 
+// pinsProcessor says that procPin keeps the goroutine on its processor: in
+// this build it does not.
+const pinsProcessor = false
+
 var processEpoch = time.Now()
 
 // monotime reads a monotonic clock in nanoseconds.

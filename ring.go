@@ -72,8 +72,9 @@ const cacheLine = 128
 // so that no counter is a cache line both processors write. Stats sums them.
 type slot[T any] struct {
 	e atomic.Pointer[entry[T]]
-	// leases counts the leases completed here: taken from this slot, or
-	// through the gate by a goroutine running on this processor.
+	// leases counts the leases completed on this slot's processor: taken
+	// from this slot, or through the gate. See countLease for who writes
+	// it and how.
 	leases atomic.Uint64
 	// waits and waitTime count the leases that queued on this processor
 	// and the time they spent queued.
@@ -89,7 +90,10 @@ type slots[T any] struct {
 	s      []slot[T] // immutable after init; len(s) is a power of two
 	mask   int       // len(s) - 1
 	bypass atomic.Bool
-	_      [cacheLine - 40]byte
+	// overflowLeases counts the leases completed on processors past the
+	// row's end (GOMAXPROCS grew after init): see countLease.
+	overflowLeases atomic.Uint64
+	_              [cacheLine - 48]byte
 }
 
 // init makes a slot for every processor that can run at once now. If
@@ -109,6 +113,26 @@ func (r *slots[T]) mine() *slot[T] {
 	s := &r.s[procPin()&r.mask]
 	procUnpin()
 	return s
+}
+
+// countLease counts a lease completed on processor pid, which the caller
+// has pinned (procPin). In the build that pins, a slot's lease counter is
+// written by its own processor only, and only while pinned, so no two
+// writes race and a plain load and store do, where a locked add would be
+// the fourth locked instruction of a lease and release (with the take,
+// the lease's end and the park). A processor past the row's end
+// shares a slot with another, so it counts in overflowLeases instead. The
+// portable build pins nothing, and goroutines share slots: it adds.
+func (r *slots[T]) countLease(pid int) {
+	switch {
+	case !pinsProcessor:
+		r.s[pid&r.mask].leases.Add(1)
+	case pid <= r.mask:
+		s := &r.s[pid]
+		s.leases.Store(s.leases.Load() + 1)
+	default:
+		r.overflowLeases.Add(1)
+	}
 }
 
 // take (on lease) and park's fast path (on release) are written out in
@@ -164,6 +188,7 @@ func (r *slots[T]) scan() (sums slotSums) {
 		sums.waits += s.waits.Load()
 		sums.waitTime += s.waitTime.Load()
 	}
+	sums.leases += r.overflowLeases.Load()
 	return sums
 }
 

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -270,4 +271,31 @@ func TestRingFastPathReadsNoClock(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRingLeaseCountExactWhenProcessorsOutnumberSlots raises GOMAXPROCS
+// past the slots made at New, so that processors share slots, and checks
+// that Stats.Leases still counts every lease exactly: a slot's own
+// processor counts without a locked instruction (see countLease), so a
+// second writer there would lose counts.
+func TestRingLeaseCountExactWhenProcessorsOutnumberSlots(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 16})
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(len(p.g.slots.s) * 4))
+	var ok atomic.Uint64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 2000 {
+				l, err := p.Lease(context.Background())
+				if err != nil {
+					t.Errorf("Lease: %v", err)
+					return
+				}
+				ok.Add(1)
+				l.Release()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, ok.Load(), p.Stats().Leases)
 }
