@@ -100,7 +100,8 @@ type Stats struct {
 
 	// ItemsAllocated is ActiveLeases + ItemsAvailable: the items the pool
 	// accounts for (leased, idle, being created or being destroyed). It
-	// never exceeds MaxSize.
+	// never exceeds MaxSize, but for a while after SetMaxSize shrank it:
+	// until the leases beyond the new MaxSize have ended.
 	ItemsAllocated int
 	// ItemsAvailable is the number of idle items, ready to be leased.
 	ItemsAvailable int

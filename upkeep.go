@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -260,7 +261,9 @@ func (p *Pool[T]) createIdle() (ok bool) {
 	}()
 	var err error
 	if e, err = p.createDetached(context.Background()); err != nil {
-		p.warn("upkeep: create item", err)
+		if !errors.Is(err, ErrClosed) { // Close canceled it: nothing went wrong
+			p.warn("upkeep: create item", err)
+		}
 		return false
 	}
 	p.toGate(e)
