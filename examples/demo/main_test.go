@@ -47,7 +47,7 @@ opened: 1
 --- a bounded wait: pool of 2, both leased, LeaseTimeout 50ms ---
 borrowers A and B hold connections #1 and #2
 borrower C waits, then gives up:
-  pool: lease timeout: pool "Conn.Pool": every item stayed leased (MaxSize 2) for <wait>
+  pool: lease timeout: pool "Conn.Pool": every item stayed in use (MaxSize 2) for <wait>
   errors.Is(err, pool.ErrLeaseTimeout): true
 A releases #1
 borrower C tries again and gets #1 at once
@@ -61,7 +61,7 @@ Y leases #2 (the same connection as X: false)
 --- Close, pool of 3 ---
 opened: 3, idle: 2, leased: 1
 after Close: closed 2 idle connection(s)
-Lease after Close: pool: closed
+Lease after Close: pool: closed: pool "Conn.Pool"
   errors.Is(err, pool.ErrClosed): true
 the leased one is closed when it comes back: closed 3 of 3
 `
@@ -105,7 +105,7 @@ func TestRunKeyFacts(t *testing.T) {
 			"opened: 1\n",
 		}},
 		{3, "a bounded wait times out, then succeeds after a release", []string{
-			`pool: lease timeout: pool "Conn.Pool": every item stayed leased (MaxSize 2) for <wait>`,
+			`pool: lease timeout: pool "Conn.Pool": every item stayed in use (MaxSize 2) for <wait>`,
 			"errors.Is(err, pool.ErrLeaseTimeout): true",
 			"borrower C tries again and gets #1 at once",
 		}},
@@ -117,7 +117,7 @@ func TestRunKeyFacts(t *testing.T) {
 		}},
 		{5, "Close refuses leases and closes connections", []string{
 			"after Close: closed 2 idle connection(s)",
-			"Lease after Close: pool: closed\n",
+			`Lease after Close: pool: closed: pool "Conn.Pool"` + "\n",
 			"errors.Is(err, pool.ErrClosed): true",
 			"closed 3 of 3\n",
 		}},
