@@ -37,7 +37,7 @@ func main() {
 		}),
 		CheckAfterIdle:     time.Minute, // ping new connections, and idle ones after a minute
 		PreparationTimeout: time.Second, // a failed or slow ping: closed, another one used
-		// Destroy is nil: the pool calls conn.Close, which sends nothing.
+		// Destroy is nil: the pool calls conn.Close, which waits for no reply.
 	})
 	if err != nil {
 		log.Fatal(err)
