@@ -1282,7 +1282,7 @@ func fzPlay(t *testing.T, script []byte) {
 // file, one line per script played: its steps, the faults it injected and
 // the comparisons of the whole state made. Fuzzing runs scripts in worker
 // processes that are killed at the end, so this is how its figures are
-// counted (see the README's How it is tested).
+// counted (see docs/TESTING.md).
 func fzTally(r *fzRun) {
 	name := os.Getenv("POOL_FUZZ_TALLY")
 	if name == "" {

@@ -1,0 +1,50 @@
+// Command doccheck checks the documentation for .ci/check-docs. It has two
+// modes:
+//
+//	doccheck exported [dir]    every exported identifier of the package in
+//	                           dir (default ".") has a doc comment
+//	doccheck links file.md...  every relative link in the files resolves
+//
+// Each prints one line per problem, "file:line: what", and exits 1 when it
+// found any.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var problems []string
+	var err error
+	switch os.Args[1] {
+	case "exported":
+		dir := "."
+		if len(os.Args) > 2 {
+			dir = os.Args[2]
+		}
+		problems, err = checkExported(dir)
+	case "links":
+		problems, err = checkLinks(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "doccheck:", err)
+		os.Exit(2)
+	}
+	for _, p := range problems {
+		fmt.Println(p)
+	}
+	if len(problems) > 0 {
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: doccheck exported [dir] | doccheck links file.md...")
+	os.Exit(2)
+}

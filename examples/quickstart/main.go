@@ -1,0 +1,89 @@
+// Command quickstart pools TCP connections to an echo server that it starts
+// on a loopback port. Run it with: go run ./examples/quickstart
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/msl-armory/pool"
+)
+
+func main() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	go serveEcho(ln)
+
+	dial := pool.FactoryFunc[net.Conn](func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", ln.Addr().String())
+	})
+	p, err := pool.New(context.Background(), dial, pool.Options[net.Conn]{
+		MaxSize:       4,               // never more than 4 connections at once
+		LeaseTimeout:  5 * time.Second, // then Lease returns ErrLeaseTimeout
+		CreateTimeout: 5 * time.Second, // bounds each dial
+		Preparer: pool.CheckFunc[net.Conn](func(ctx context.Context, c net.Conn) error {
+			deadline, _ := ctx.Deadline() // PreparationTimeout's
+			_, err := roundTrip(c, "ping", deadline)
+			return err
+		}),
+		CheckAfterIdle:     time.Minute, // ping new connections, and idle ones after a minute
+		PreparationTimeout: time.Second, // a failed or slow ping: closed, another one used
+		// Destroy is nil: the pool calls conn.Close, which waits for no reply.
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	for _, msg := range []string{"hello", "world", "quit", "again"} {
+		reply, err := request(context.Background(), p, msg)
+		fmt.Printf("%s -> %q, error: %v\n", msg, reply, err)
+	}
+	s := p.Stats()
+	fmt.Printf("%d leases, %d connections dialed, %d closed\n", s.Leases, s.Created, s.Destroyed)
+}
+
+// request sends msg on a pooled connection and returns the reply.
+func request(ctx context.Context, p *pool.Pool[net.Conn], msg string) (string, error) {
+	l, err := p.Lease(ctx)
+	if err != nil {
+		return "", err // ErrLeaseTimeout, ctx.Err(), or the dial's error
+	}
+	defer l.Release() // give it back for reuse; does nothing after Discard
+	reply, err := roundTrip(l.Value(), msg, time.Now().Add(5*time.Second))
+	if err != nil {
+		l.Discard() // broken: close it rather than lend it again
+	}
+	return reply, err
+}
+
+// roundTrip writes one line and reads the line that comes back.
+func roundTrip(c net.Conn, msg string, deadline time.Time) (string, error) {
+	c.SetDeadline(deadline)
+	if _, err := fmt.Fprintln(c, msg); err != nil {
+		return "", err
+	}
+	reply, err := bufio.NewReader(c).ReadString('\n') // one line in flight: none buffered past it
+	return strings.TrimSuffix(reply, "\n"), err
+}
+
+// serveEcho answers each line in upper case, and hangs up on "quit".
+func serveEcho(ln net.Listener) {
+	for conn, err := ln.Accept(); err == nil; conn, err = ln.Accept() {
+		go func() {
+			defer conn.Close()
+			for s := bufio.NewScanner(conn); s.Scan() && s.Text() != "quit"; {
+				fmt.Fprintln(conn, strings.ToUpper(s.Text()))
+			}
+		}()
+	}
+}
