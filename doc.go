@@ -180,17 +180,20 @@
 //     ..."): the creation or the check of a fresh item failed, and the
 //     lease's place is free again.
 //
-// Errors that have no caller to go to (a Reset or Destroy that fails
-// inside Release or Discard, on expiry or in the background; a creation
-// whose lease gave up; Clear's refill; the upkeep) are counted in Stats and
-// logged through Options.Logger at Warn, with the attributes pool.name and
-// err. A panic in the factory, the Preparer, Reset or Destroy leaves the
-// pool consistent and reaches the caller whose call ran it; when it is
-// raised again on another goroutine (a factory that ran on a goroutine of
-// its own, a Destroy inside Close or Clear), its message carries the stack
-// where it happened, and it unwraps to the original value when that was an
-// error. A callback that calls [runtime.Goexit] loses no place in the pool
-// and leaves no item undestroyed.
+// Errors that have no caller to go to (a Reset or Destroy that fails inside
+// Release or Discard, on expiry or in the background; a creation whose lease
+// gave up; Clear's refill; the upkeep) are logged through Options.Logger at
+// Warn, with the attributes pool.name and err; a failed Destroy is also
+// counted in Stats.DestroyErrors. A panic in the factory, the Preparer,
+// Reset or Destroy leaves the pool consistent and reaches the caller whose
+// call ran it, except where the pool ran that code on its own account (a
+// sweep for expiry, the upkeep, a creation whose caller gave up): such a
+// panic is logged, never raised. A panic raised again away from where it
+// happened (a factory that ran on a goroutine of its own, a Destroy inside
+// Close or Clear, raised once the other items are destroyed) carries in its
+// message the stack where it happened, and unwraps to the original value
+// when that was an error. A callback that calls [runtime.Goexit] loses no
+// place in the pool and leaves no item undestroyed.
 //
 // # Stats
 //
