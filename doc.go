@@ -37,7 +37,8 @@
 //
 // Created. The factory creates an item when a lease finds none idle and
 // fewer than MaxSize exist; [New] creates Options.MinSize items first, up
-// to 32 at once, so MinSize items with a 50 ms dial take about 50 ms. When
+// to 32 at once, so 32 items with a 50 ms dial take about 50 ms, not 32
+// times that. When
 // one of New's creations fails, New cancels the others, destroys every
 // item made and returns that first error (or raises the factory's panic
 // again). The factory gets a context that keeps the values of the caller's
@@ -163,8 +164,8 @@
 // Every error the pool returns is one of the sentinel errors below or
 // wraps one, is the caller's ctx.Err() (or wraps it, when a Preparer or
 // factory returned it), or wraps an error of your factory or Preparer:
-// errors.Is and errors.As find yours. A pool's errors name it:
-// "pool: closed: pool \"orders-db\"".
+// errors.Is and errors.As find yours. A pool's errors name it, as in
+// pool: closed: pool "orders-db".
 //
 //   - [ErrClosed]: a lease on a closed pool, a lease waiting when it closed,
 //     or a creation that Close canceled; also [Pool.SetMaxSize] on a closed
@@ -176,8 +177,8 @@
 //     longer than Options.PreparationTimeout; the item was destroyed.
 //   - [ErrInvalidOptions]: New, SetMaxSize or [Options.UnmarshalJSON]
 //     refused the options; the message names the field.
-//   - a factory's or Preparer's error, wrapped ("pool \"x\": create item:
-//     ..."): the creation or the check of a fresh item failed, and the
+//   - a factory's or Preparer's error, wrapped (pool "orders-db": create
+//     item: ...): the creation or the check of a fresh item failed, and the
 //     lease's place is free again.
 //
 // Errors that have no caller to go to (a Reset or Destroy that fails inside
@@ -422,7 +423,10 @@
 //     retry New.
 //   - A Preparer puts every lease on the slow path: each lease judges its
 //     item, and with CheckAfterIdle 0 calls IsReady every time. Set
-//     CheckAfterIdle when a check costs a round trip.
+//     CheckAfterIdle when a check costs a round trip. IdleTimeout and
+//     MaxLifetime put every lease on the slow path too (each lease and
+//     release reads the clock), and so does TrackLeaseSites (each lease
+//     reads the clock and walks its caller's stack).
 //   - PreparationTimeout bounds the check of one item, not the lease: a
 //     lease that meets several idle items that fail their check may spend
 //     that long on each before it creates a fresh one. Bound the lease with
