@@ -4,12 +4,12 @@
 //
 // A [Pool] lends items under a [Lease] and takes them back on
 // [Lease.Release]. At most [Options].MaxSize items exist at once, counting
-// every item from the start of its creation to the end of its destruction;
-// a lease beyond that waits, in FIFO order and bounded by
-// Options.LeaseTimeout and its ctx, for an item to come back. A [Factory]
-// creates items on demand, an optional [Preparer] checks and restores them
-// on lease, Options.Reset runs on release and Options.Destroy disposes of
-// them when they expire, fail, are discarded or the pool closes.
+// every item from the start of its creation to the end of its destruction; a
+// lease beyond that waits, in FIFO order and bounded by Options.LeaseTimeout
+// and its ctx, for an item to come back. A [Factory] creates items on
+// demand, an optional [Preparer] checks and restores them on lease,
+// Options.Reset runs on release and Options.Destroy disposes of them when
+// they expire, fail, are discarded or the pool closes.
 //
 //	p, err := pool.New(ctx, pool.FactoryFunc[*Conn](dial), pool.Options[*Conn]{
 //		MaxSize:      10,              // never more than ten connections at once
@@ -36,43 +36,42 @@
 // # Lifecycle of an item
 //
 // Created. The factory creates an item when a lease finds none idle and
-// fewer than MaxSize exist; [New] creates Options.MinSize items first, up
-// to 32 at once, so 32 items with a 50 ms dial take about 50 ms, not 32
-// times that. When
-// one of New's creations fails, New cancels the others, destroys every
-// item made and returns that first error (or raises the factory's panic
-// again). The factory gets a context that keeps the values of the caller's
-// ctx but not its cancellation, bounded by Options.CreateTimeout and
-// canceled by [Pool.Close]. When the caller's ctx can end, the factory runs
-// on a goroutine of its own: a caller that gives up returns ctx.Err() at
-// once, and its creation finishes in the background, still counted against
-// MaxSize, and its item goes idle (or to a waiting lease), so one impatient
-// caller never costs a second dial. A failure or panic of such a creation
-// counts as a failed creation and is logged. A factory that returns a nil
-// item and a nil error fails the creation with an error that says so.
+// fewer than MaxSize exist; [New] creates Options.MinSize items first, up to
+// 32 at once, so 32 items with a 50 ms dial take about 50 ms, not 32 times
+// that. New's creations run under New's ctx, each bounded by
+// Options.CreateTimeout; when one fails, New cancels the others, destroys
+// every item made and returns that first error (or raises the factory's
+// panic again). A lease's creation gets a context that keeps the values of
+// the caller's ctx but not its cancellation, bounded by
+// Options.CreateTimeout and canceled by [Pool.Close]. When the caller's ctx
+// can end, the factory runs on a goroutine of its own: a caller that gives
+// up returns ctx.Err() at once, and its creation finishes in the background,
+// still counted against MaxSize, and its item goes idle (or to a waiting
+// lease), so one impatient caller never costs a second dial. A failure or
+// panic of such a creation counts as a failed creation and is logged. A
+// factory that returns a nil item and a nil error fails the creation with an
+// error that says so.
 //
 // Leased. A lease takes an idle item (the one parked in its processor's
 // slot, else the one that went idle last) or, when none is idle, creates
-// one. With a [Preparer],
-// the item is then checked: IsReady, and Prepare when it is not ready, both
-// within Options.PreparationTimeout. A fresh item is always checked, and so
-// is one the Preparer has never accepted (the item of an abandoned
-// creation); an idle item only when it has sat idle at least
+// one. With a [Preparer], the item is then checked: IsReady, and Prepare
+// when it is not ready, both within Options.PreparationTimeout. A fresh item
+// is always checked, and so is one the Preparer has never accepted (the item
+// of an abandoned creation); an idle item only when it has sat idle at least
 // Options.CheckAfterIdle (0: on every lease). An idle item that fails its
 // check is destroyed and the lease goes on with the next idle item or a
 // fresh one; a fresh item that fails is destroyed, and its error is
 // returned, wrapped.
 //
-// Released. [Lease.Release] runs Options.Reset (an error or a panic
-// destroys the item instead); an item past its lifetime is destroyed;
-// otherwise the item goes straight to the oldest waiting lease, or becomes
-// idle. On a closed pool, or while [Pool.SetMaxSize] is shrinking the pool,
-// the item is destroyed.
+// Released. [Lease.Release] runs Options.Reset (an error or a panic destroys
+// the item instead); an item past its lifetime is destroyed; otherwise the
+// item goes straight to the oldest waiting lease, or becomes idle. On a
+// closed pool, or while [Pool.SetMaxSize] is shrinking the pool, the item is
+// destroyed.
 //
 // Idle. An idle item waits in its processor's slot or in the pool's idle
-// queue. Leases take the one that went idle last, so that under a light
-// load the same few items serve and the rest stay idle long enough to
-// expire.
+// queue. Leases take the one that went idle last, so that under a light load
+// the same few items serve and the rest stay idle long enough to expire.
 //
 // Expired. An item idle longer than Options.IdleTimeout (counted from its
 // last release), or older than Options.MaxLifetime (counted from the end of
@@ -88,26 +87,25 @@
 // Stats.DestroyErrors. [Lease.Discard], expiry, a failed check or Reset,
 // [Pool.Clear], [Pool.Close] and [Pool.SetMaxSize] destroy items.
 //
-// Detached. [Lease.Detach] takes the item out of the pool for good: the
-// pool frees its place and never touches the item again; disposing of it
-// is the caller's job.
+// Detached. [Lease.Detach] takes the item out of the pool for good: the pool
+// frees its place and never touches the item again; disposing of it is the
+// caller's job.
 //
 // [Pool.Clear] destroys the idle items, then creates idle items until
 // MinSize are idle, as far as MaxSize allows; leased items are untouched.
 // [Pool.Close] refuses new leases, wakes every waiting lease with
-// [ErrClosed], cancels the creations under way, destroys the idle items
-// now and the leased ones as they come back, and returns the joined errors
-// of the destroys it ran. [Pool.Shutdown] closes the pool, then waits until
+// [ErrClosed], cancels the creations under way, destroys the idle items now
+// and the leased ones as they come back, and returns the joined errors of
+// the destroys it ran. [Pool.Shutdown] closes the pool, then waits until
 // every lease has ended and every creation has finished, or until its ctx
 // ends.
 //
 // # Leases and their rules
 //
 // End every lease exactly once: [Lease.Release] to give the item back,
-// [Lease.Discard] when you know it is broken (it is destroyed, and a
-// waiting lease gets the right to create a fresh one), or [Lease.Detach] to
-// keep it. The simplest way is to defer the Release right after a
-// successful Lease:
+// [Lease.Discard] when you know it is broken (it is destroyed, and a waiting
+// lease gets the right to create a fresh one), or [Lease.Detach] to keep it.
+// The simplest way is to defer the Release right after a successful Lease:
 //
 //	l, err := p.Lease(ctx)
 //	if err != nil {
@@ -118,16 +116,15 @@
 // Once a lease has ended, ending it again does nothing, so a deferred
 // Release after an earlier Discard or Detach is harmless.
 //
-// A Lease is a small value, and copies are the same lease: ending it
-// through one copy ends it for all of them. A second Release, a Release
-// through a copy, or through a handle kept from an earlier lease of the
-// same item, does nothing; so do Release and Discard on the zero Lease. No
-// item is ever held by two leases at once.
+// A Lease is a small value, and copies are the same lease: ending it through
+// one copy ends it for all of them. A second Release, a Release through a
+// copy, or through a handle kept from an earlier lease of the same item,
+// does nothing; so do Release and Discard on the zero Lease. No item is ever
+// held by two leases at once.
 //
 // [Lease.Value] panics once the lease has ended (or on the zero Lease):
-// using an item after giving it back would share it with its next
-// borrower. [Lease.Detach] on an ended lease panics too, having no item to
-// return.
+// using an item after giving it back would share it with its next borrower.
+// [Lease.Detach] on an ended lease panics too, having no item to return.
 //
 // A nil ctx passed to [New], [Pool.Lease], [Pool.TryLease] or
 // [Pool.Shutdown] panics at once with "pool: nil Context", whatever the
@@ -138,10 +135,10 @@
 // # Waiting and errors
 //
 // When MaxSize items are in use, [Pool.Lease] waits in a FIFO queue. A
-// released item goes straight to the oldest waiting lease (direct
-// hand-off), and a discarded or destroyed item's place goes to it as the
-// right to create a fresh one, so a woken lease never wakes to nothing and
-// no newcomer overtakes the queue. The wait ends with:
+// released item goes straight to the oldest waiting lease (direct hand-off),
+// and a discarded or destroyed item's place goes to it as the right to
+// create a fresh one, so a woken lease never wakes to nothing and no
+// newcomer overtakes the queue. The wait ends with:
 //
 //   - an item;
 //   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit); the
@@ -152,20 +149,20 @@
 //     out of time are told apart with [errors.Is];
 //   - [ErrClosed] when the pool closes.
 //
-// Giving up wins at the instant of a grant: a waiter that finds its item
-// and its ended ctx (or elapsed LeaseTimeout) ready together passes the
-// item on to the next waiter and returns its error, so an item is never
-// lost and a caller that gave up never walks away with one.
+// Giving up wins at the instant of a grant: a waiter that finds its item and
+// its ended ctx (or elapsed LeaseTimeout) ready together passes the item on
+// to the next waiter and returns its error, so an item is never lost and a
+// caller that gave up never walks away with one.
 //
-// [Pool.TryLease] never waits for an item: when MaxSize items are in use,
-// or other leases already wait, it returns [ErrExhausted] at once. It may
-// still create and prepare an item, within its ctx.
+// [Pool.TryLease] never waits for an item: when MaxSize items are in use, or
+// other leases already wait, it returns [ErrExhausted] at once. It may still
+// create and prepare an item, within its ctx.
 //
-// Every error the pool returns is one of the sentinel errors below or
-// wraps one, is the caller's ctx.Err() (or wraps it, when a Preparer or
-// factory returned it), or wraps an error of your factory or Preparer:
-// errors.Is and errors.As find yours. A pool's errors name it, as in
-// pool: closed: pool "orders-db".
+// Every error the pool returns is one of the sentinel errors below or wraps
+// one, is the caller's ctx.Err() (or wraps it, when a Preparer or factory
+// returned it), or wraps an error of your factory or Preparer: errors.Is and
+// errors.As find yours. A pool's errors name it, as in pool: closed: pool
+// "orders-db".
 //
 //   - [ErrClosed]: a lease on a closed pool, a lease waiting when it closed,
 //     or a creation that Close canceled; also [Pool.SetMaxSize] on a closed
@@ -238,8 +235,8 @@
 //     new value, and the leased items beyond it count until they come back.
 //   - QueuedLeases > 0 only when ItemsAllocated has reached MaxSize.
 //
-// At rest (no lease, creation or destruction under way):
-// Created == Destroyed + Detached + ItemsAllocated.
+// At rest (no lease, creation or destruction under way): Created ==
+// Destroyed + Detached + ItemsAllocated.
 //
 // # Metrics
 //
@@ -290,64 +287,63 @@
 // recorded. With a real one, a lease and release of an idle item still
 // record nothing: the observable instruments are read from Stats in one
 // callback when the provider collects, from counts the pool keeps anyway.
-// The other instruments record where the pool is already slow: in the
-// queue, on a factory call, a check, a destroy or an error. (A histogram
-// record costs the SDK about 130 ns, several times a whole lease and
-// release; that is why pool.lease.wait_time holds only the leases that
-// queued.) Close unregisters the callback: a closed pool's observable
-// instruments stop reporting, while its counters and histograms go on
-// recording what the leases still out do. The callback holds the pool
-// weakly, so a pool dropped without Close can still be collected.
+// The other instruments record where the pool is already slow: in the queue,
+// on a factory call, a check, a destroy or an error. (A histogram record
+// costs the SDK about 130 ns, several times a whole lease and release; that
+// is why pool.lease.wait_time holds only the leases that queued.) Close
+// unregisters the callback: a closed pool's observable instruments stop
+// reporting, while its counters and histograms go on recording what the
+// leases still out do. The callback holds the pool weakly, so a pool dropped
+// without Close can still be collected.
 //
 // # Leaks
 //
 // A lease that becomes unreachable without Release, Discard or Detach is a
 // leak: its item stays in use, and counts against MaxSize, for the life of
-// the pool. The garbage collector finds it: the pool keeps no reference to
-// a leased item, and each item gets one [runtime.AddCleanup] when it is
+// the pool. The garbage collector finds it: the pool keeps no reference to a
+// leased item, and each item gets one [runtime.AddCleanup] when it is
 // created. When a leased item is found unreachable the pool counts it in
-// Stats.Leaked and pool.leases.leaked and calls Options.OnLeak, if set,
-// with a [LeakReport]; the item is neither destroyed nor reused, since it
-// may still be in use somewhere. A leak surfaces within a garbage
-// collection cycle or two after the lease became unreachable, and is
-// reported once. OnLeak runs on a goroutine of its own, never on the
-// runtime's cleanup goroutine. It must not refer to the pool, or a pool
-// dropped without Close could never be collected.
+// Stats.Leaked and pool.leases.leaked and calls Options.OnLeak, if set, with
+// a [LeakReport]; the item is neither destroyed nor reused, since it may
+// still be in use somewhere. A leak surfaces within a garbage collection
+// cycle or two after the lease became unreachable, and is reported once.
+// OnLeak runs on a goroutine of its own, never on the runtime's cleanup
+// goroutine. It must not refer to the pool, or a pool dropped without Close
+// could never be collected.
 //
 // Never reported: leases that ended; items destroyed by the pool; the idle
 // items of a pool dropped without Close; a lease leaked from a pool that is
 // itself dropped.
 //
-// Leak detection is always on and costs nothing per lease: no allocation,
-// no finalizer, no clock read; each creation pays for one AddCleanup and
-// each destruction for stopping it. With Options.TrackLeaseSites, each
-// lease also records when and where it was taken (the stack of the Lease
-// call, up to 32 frames), for LeakReport.Age and LeakReport.Stack. That
-// puts every lease on the slow path and calls [runtime.Callers]: on the
-// reference machine a lease and release costs about ten times as much
-// (0.35 µs from a shallow stack, 1.0 µs from 40 frames deep, against
-// 35 ns) and each item about 300 bytes more, still with no allocation per
-// lease. Turn it on in tests, while debugging, or in a service while
-// hunting a leak.
+// Leak detection is always on and costs nothing per lease: no allocation, no
+// finalizer, no clock read; each creation pays for one AddCleanup and each
+// destruction for stopping it. With Options.TrackLeaseSites, each lease also
+// records when and where it was taken (the stack of the Lease call, up to 32
+// frames), for LeakReport.Age and LeakReport.Stack. That puts every lease on
+// the slow path and calls [runtime.Callers]: on the reference machine a
+// lease and release costs about ten times as much (0.35 µs from a shallow
+// stack, 1.0 µs from 40 frames deep, against 35 ns) and each item about 300
+// bytes more, still with no allocation per lease. Turn it on in tests, while
+// debugging, or in a service while hunting a leak.
 //
 // # Upkeep
 //
-// By default the pool runs no goroutine of its own and expiry is lazy:
-// when IdleTimeout or MaxLifetime is set, every release, and every lease
-// that takes an idle item, reads the clock anyway and checks whether a
-// sweep is due, and the first to find one due sweeps: it destroys every idle item past its
-// time, wherever it sits. Sweeps are due every half of the smaller of
-// IdleTimeout and MaxLifetime (at least 1 ms). So while leases or releases
-// happen, every idle item is judged at least that often, and an expired one
-// is destroyed by the first lease or release after the next sweep falls
-// due; after a burst, a lightly used pool shrinks back to what its load
-// needs. The sweep runs inside that lease or release, Destroy calls
+// By default the pool runs no goroutine of its own and expiry is lazy: when
+// IdleTimeout or MaxLifetime is set, every release, and every lease that
+// takes an idle item, reads the clock anyway and checks whether a sweep is
+// due, and the first to find one due sweeps: it destroys every idle item
+// past its time, wherever it sits. Sweeps are due every half of the smaller
+// of IdleTimeout and MaxLifetime (at least 1 ms). So while leases or
+// releases happen, every idle item is judged at least that often, and an
+// expired one is destroyed by the first lease or release after the next
+// sweep falls due; after a burst, a lightly used pool shrinks back to what
+// its load needs. The sweep runs inside that lease or release, Destroy calls
 // included. With IdleTimeout and MaxLifetime both 0 there is no sweep, and
 // it costs the lease and release nothing.
 //
 // Options.UpkeepInterval (0: off) starts one goroutine per pool, stopped by
-// Close before Close returns, that runs a round every UpkeepInterval,
-// spread by up to ±10 % so that many pools do not tick in step. A round
+// Close before Close returns, that runs a round every UpkeepInterval, spread
+// by up to ±10 % so that many pools do not tick in step. A round
 //
 //   - destroys the idle items past IdleTimeout or their lifetime, without
 //     waiting for a lease;
@@ -360,20 +356,20 @@
 //     doubling up to the interval.
 //
 // An item being checked or created counts against MaxSize, and no lease
-// receives it meanwhile. Nothing of the upkeep runs on the lease and
-// release paths.
+// receives it meanwhile. Nothing of the upkeep runs on the lease and release
+// paths.
 //
-// With the upkeep on, MinSize is a floor kept over time: the sweeps (lazy
-// or the upkeep's) leave an item that has only idled past IdleTimeout while
+// With the upkeep on, MinSize is a floor kept over time: the sweeps (lazy or
+// the upkeep's) leave an item that has only idled past IdleTimeout while
 // MinSize or fewer items exist, since the upkeep would create it again at
 // once. MaxLifetime applies to every item, and the upkeep replaces what it
-// destroys. A lease that meets an idle-expired item still destroys it,
-// which can leave fewer than MinSize items until the next round.
+// destroys. A lease that meets an idle-expired item still destroys it, which
+// can leave fewer than MinSize items until the next round.
 //
 // Options.MaxLifetimeJitter spreads lifetimes: each item lives MaxLifetime
 // plus a random duration in [0, MaxLifetimeJitter), drawn at its creation,
-// so that items created together are not all destroyed, and redialed, in
-// the same instant. It requires MaxLifetime.
+// so that items created together are not all destroyed, and redialed, in the
+// same instant. It requires MaxLifetime.
 //
 // [Pool.SetMaxSize] changes MaxSize at run time, as a configuration reload
 // may. Growing serves the waiting leases at once, in FIFO order, each with
