@@ -18,11 +18,12 @@ import (
 // none is idle; so held + idle never exceeds size, and that sum bounds the
 // items in existence.
 //
-// Why one mutex over count, waiters and idle items (see PERF-NOTES.md,
-// design B): a release must decide "oldest waiter, or idle queue?" and act on
-// it atomically, or a waiter can wake to nothing and a lease can overtake
-// the queue. A separate atomic permit count plus a lock-free queue writes
-// more shared cache lines per operation and measured slower on two cores.
+// Why one mutex over count, waiters and idle items (see docs/DESIGN.md,
+// "Designs measured and rejected", design B): a release must decide
+// "oldest waiter, or idle queue?" and act on it atomically, or a waiter can
+// wake to nothing and a lease can overtake the queue. A separate atomic
+// permit count plus a lock-free queue writes more shared cache lines per
+// operation and measured slower on two cores.
 //
 // Hand-off: when waiters are queued no permit is ever free; a release gives
 // its item (or, for an item it destroyed, the bare permit: the right to

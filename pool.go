@@ -1,20 +1,3 @@
-// Package pool is a generic, bounded, thread-safe pool of items that are
-// expensive to create and safe to reuse: database and SMTP connections,
-// clients, sockets.
-//
-// A Pool lends items under a Lease and takes them back on Release. At most
-// Options.MaxSize items exist at once; a lease beyond that waits, in FIFO
-// order and bounded by Options.LeaseTimeout and its ctx, for an item to come
-// back. Items are created on demand by a Factory, checked and restored on
-// lease by an optional Preparer, reset on release and destroyed when they
-// expire, fail, are discarded or the pool closes.
-//
-//	l, err := p.Lease(ctx)
-//	if err != nil {
-//		return err
-//	}
-//	defer l.Release()
-//	return l.Value().Send(msg)
 package pool
 
 import (

@@ -16,7 +16,8 @@ import (
 // sits on a cache line of its own, so a lease and release that hit their
 // slot write no cache line that another processor writes: under two-core
 // contention that, not the count of atomic instructions, is the cost (see
-// PERF-NOTES.md, design E). Anything else goes through the gate's mutex.
+// docs/DESIGN.md, "Designs measured and rejected", design E). Anything
+// else goes through the gate's mutex.
 //
 // A parked entry keeps the permit of the lease that released it: the gate
 // counts it in held, not in idle. So parking and taking back touch no

@@ -1,0 +1,433 @@
+// Package pool is a generic, bounded, thread-safe pool of items that are
+// expensive to create and safe to reuse: database and SMTP connections,
+// clients, sockets.
+//
+// A [Pool] lends items under a [Lease] and takes them back on
+// [Lease.Release]. At most [Options].MaxSize items exist at once, counting
+// every item from the start of its creation to the end of its destruction; a
+// lease beyond that waits, in FIFO order and bounded by Options.LeaseTimeout
+// and its ctx, for an item to come back. A [Factory] creates items on
+// demand, an optional [Preparer] checks and restores them on lease,
+// Options.Reset runs on release and Options.Destroy disposes of them when
+// they expire, fail, are discarded or the pool closes.
+//
+//	p, err := pool.New(ctx, pool.FactoryFunc[*Conn](dial), pool.Options[*Conn]{
+//		MaxSize:      10,              // never more than ten connections at once
+//		LeaseTimeout: 5 * time.Second, // then ErrLeaseTimeout
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer p.Close()
+//
+//	l, err := p.Lease(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Release()
+//	return l.Value().Send(msg)
+//
+// The sections below are the reference: what happens to an item, the rules
+// of a lease, waiting and errors, [Stats], metrics, leak detection, the
+// upkeep, and the mistakes the pool defuses and those it cannot. How it
+// works, and the designs measured on the way, are in [docs/DESIGN.md]; how
+// it is tested, in [docs/TESTING.md].
+//
+// # Lifecycle of an item
+//
+// Created. The factory creates an item when a lease finds none idle and
+// fewer than MaxSize exist; [New] creates Options.MinSize items first, up to
+// 32 at once, so 32 items with a 50 ms dial take about 50 ms, not 32 times
+// that. New's creations run under New's ctx, each bounded by
+// Options.CreateTimeout; when one fails, New cancels the others, destroys
+// every item made and returns that first error (or raises the factory's
+// panic again). A lease's creation gets a context that keeps the values of
+// the caller's ctx but not its cancellation, bounded by
+// Options.CreateTimeout and canceled by [Pool.Close]. When the caller's ctx
+// can end, the factory runs on a goroutine of its own: a caller that gives
+// up returns ctx.Err() at once, and its creation finishes in the background,
+// still counted against MaxSize, and its item goes idle (or to a waiting
+// lease), so one impatient caller never costs a second dial. A failure or
+// panic of such a creation counts as a failed creation and is logged. A
+// factory that returns a nil item and a nil error fails the creation with an
+// error that says so.
+//
+// Leased. A lease takes an idle item (the one parked in its processor's
+// slot, else the one that went idle last) or, when none is idle, creates
+// one. With a [Preparer], the item is then checked: IsReady, and Prepare
+// when it is not ready, both within Options.PreparationTimeout. A fresh item
+// is always checked, and so is one the Preparer has never accepted (the item
+// of an abandoned creation); an idle item only when it has sat idle at least
+// Options.CheckAfterIdle (0: on every lease). An idle item that fails its
+// check is destroyed and the lease goes on with the next idle item or a
+// fresh one; a fresh item that fails is destroyed, and its error is
+// returned, wrapped.
+//
+// Released. [Lease.Release] runs Options.Reset (an error or a panic destroys
+// the item instead); an item past its lifetime is destroyed; otherwise the
+// item goes straight to the oldest waiting lease, or becomes idle. On a
+// closed pool, or while [Pool.SetMaxSize] is shrinking the pool, the item is
+// destroyed.
+//
+// Idle. An idle item waits in its processor's slot or in the pool's idle
+// queue. Leases take the one that went idle last, so that under a light load
+// the same few items serve and the rest stay idle long enough to expire.
+//
+// Expired. An item idle longer than Options.IdleTimeout (counted from its
+// last release), or older than Options.MaxLifetime (counted from the end of
+// its creation, plus a random share of Options.MaxLifetimeJitter drawn at
+// creation) is destroyed: on release (lifetime only), by a lease that meets
+// it, by the sweep that leases and releases run, and by the upkeep (see
+// Upkeep). Without either limit nothing expires.
+//
+// Destroyed. Options.Destroy disposes of an item; when it is nil, an item
+// that is an [io.Closer] is closed and any other is dropped. An item counts
+// against MaxSize until its Destroy returns, and counts as destroyed however
+// Destroy ends; a Destroy that fails or panics is counted in
+// Stats.DestroyErrors. [Lease.Discard], expiry, a failed check or Reset,
+// [Pool.Clear], [Pool.Close] and [Pool.SetMaxSize] destroy items.
+//
+// Detached. [Lease.Detach] takes the item out of the pool for good: the pool
+// frees its place and never touches the item again; disposing of it is the
+// caller's job.
+//
+// [Pool.Clear] destroys the idle items, then creates idle items until
+// MinSize are idle, as far as MaxSize allows; leased items are untouched.
+// [Pool.Close] refuses new leases, wakes every waiting lease with
+// [ErrClosed], cancels the creations under way, destroys the idle items now
+// and the leased ones as they come back, and returns the joined errors of
+// the destroys it ran. [Pool.Shutdown] closes the pool, then waits until
+// every lease has ended and every creation has finished, or until its ctx
+// ends.
+//
+// # Leases and their rules
+//
+// End every lease exactly once: [Lease.Release] to give the item back,
+// [Lease.Discard] when you know it is broken (it is destroyed, and a waiting
+// lease gets the right to create a fresh one), or [Lease.Detach] to keep it.
+// The simplest way is to defer the Release right after a successful Lease:
+//
+//	l, err := p.Lease(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Release()
+//
+// Once a lease has ended, ending it again does nothing, so a deferred
+// Release after an earlier Discard or Detach is harmless.
+//
+// A Lease is a small value, and copies are the same lease: ending it through
+// one copy ends it for all of them. A second Release, a Release through a
+// copy, or through a handle kept from an earlier lease of the same item,
+// does nothing; so do Release and Discard on the zero Lease. No item is ever
+// held by two leases at once.
+//
+// [Lease.Value] panics once the lease has ended (or on the zero Lease):
+// using an item after giving it back would share it with its next borrower.
+// [Lease.Detach] on an ended lease panics too, having no item to return.
+//
+// A nil ctx passed to [New], [Pool.Lease], [Pool.TryLease] or
+// [Pool.Shutdown] panics at once with "pool: nil Context", whatever the
+// pool's state. A Lease or TryLease whose ctx has already ended returns
+// ctx.Err() and takes nothing, even when an item is idle; it counts in
+// Stats.Canceled.
+//
+// # Waiting and errors
+//
+// When MaxSize items are in use, [Pool.Lease] waits in a FIFO queue. A
+// released item goes straight to the oldest waiting lease (direct hand-off),
+// and a discarded or destroyed item's place goes to it as the right to
+// create a fresh one, so a woken lease never wakes to nothing and no
+// newcomer overtakes the queue. The wait ends with:
+//
+//   - an item;
+//   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit); the
+//     error names the pool, MaxSize and the time waited;
+//   - ctx.Err() when the caller's ctx ends first, returned as it is:
+//     [context.Canceled] or [context.DeadlineExceeded], never
+//     ErrLeaseTimeout, so a pool that is too small and a caller that ran
+//     out of time are told apart with [errors.Is];
+//   - [ErrClosed] when the pool closes.
+//
+// Giving up wins at the instant of a grant: a waiter that finds its item and
+// its ended ctx (or elapsed LeaseTimeout) ready together passes the item on
+// to the next waiter and returns its error, so an item is never lost and a
+// caller that gave up never walks away with one.
+//
+// [Pool.TryLease] never waits for an item: when MaxSize items are in use, or
+// other leases already wait, it returns [ErrExhausted] at once. It may still
+// create and prepare an item, within its ctx.
+//
+// Every error the pool returns is one of the sentinel errors below or wraps
+// one, is the caller's ctx.Err() (or wraps it, when a Preparer or factory
+// returned it), or wraps an error of your factory or Preparer: errors.Is and
+// errors.As find yours. A pool's errors name it, as in pool: closed: pool
+// "orders-db".
+//
+//   - [ErrClosed]: a lease on a closed pool, a lease waiting when it closed,
+//     or a creation that Close canceled; also [Pool.SetMaxSize] on a closed
+//     pool.
+//   - [ErrLeaseTimeout]: Options.LeaseTimeout elapsed while the lease
+//     waited.
+//   - [ErrExhausted]: TryLease found every item in use, or leases waiting.
+//   - [ErrPreparationTimeout]: IsReady and Prepare on a fresh item took
+//     longer than Options.PreparationTimeout; the item was destroyed.
+//   - [ErrInvalidOptions]: New, SetMaxSize or [Options.UnmarshalJSON]
+//     refused the options; the message names the field.
+//   - a factory's or Preparer's error, wrapped (pool "orders-db": create
+//     item: ...): the creation or the check of a fresh item failed, and the
+//     lease's place is free again.
+//
+// Errors that have no caller to go to (a Reset or Destroy that fails inside
+// Release or Discard, on expiry or in the background; a creation whose lease
+// gave up; Clear's refill; the upkeep) are logged through Options.Logger at
+// Warn, with the attributes pool.name and err; a failed Destroy is also
+// counted in Stats.DestroyErrors. A panic in the factory, the Preparer,
+// Reset or Destroy leaves the pool consistent and reaches the caller whose
+// call ran it, except where the pool ran that code on its own account (a
+// sweep for expiry, the upkeep, a creation whose caller gave up): such a
+// panic is logged, never raised. A panic raised again away from where it
+// happened (a factory that ran on a goroutine of its own, a Destroy inside
+// Close or Clear, raised once the other items are destroyed) carries in its
+// message the stack where it happened, and unwraps to the original value
+// when that was an error. A callback that calls [runtime.Goexit] loses no
+// place in the pool and leaves no item undestroyed.
+//
+// # Stats
+//
+// [Pool.Stats] returns a snapshot. The figures about items now are derived
+// from the pool's own bookkeeping, never kept as a second count:
+//
+//   - ActiveLeases: items in use: leased, or being created, checked by the
+//     upkeep or destroyed; a leaked lease's item stays here for good.
+//   - ItemsAvailable: idle items, ready to lease.
+//   - ItemsAllocated: ActiveLeases + ItemsAvailable, the items the pool
+//     accounts for.
+//   - QueuedLeases: leases waiting now.
+//
+// The counts since New:
+//
+//   - Leases: successful Lease and TryLease calls.
+//   - Waits and WaitTime: the leases that had to queue, whatever their
+//     outcome, and the time they spent queued; a lease served at once adds
+//     to neither. Creation and preparation are not part of WaitTime.
+//   - Timeouts: leases that failed with ErrLeaseTimeout. Canceled: leases
+//     ended by the caller's ctx, before they started, while waiting,
+//     creating or preparing.
+//   - Created: successful factory calls. Destroyed: items destroyed,
+//     whatever Destroy did. Detached: items taken out with Detach.
+//   - IdleExpired, LifetimeExpired: items destroyed for exceeding
+//     IdleTimeout and their lifetime. PrepareFailed: failed checks (IsReady
+//     or Prepare failed or timed out), on lease or by the upkeep.
+//     DestroyErrors: Destroy calls that returned an error or panicked.
+//   - Leaked: leaked leases the garbage collector has found.
+//
+// In every snapshot:
+//
+//   - ItemsAllocated == ActiveLeases + ItemsAvailable. An item released at
+//     the instant of the snapshot may be counted as active rather than
+//     idle; the sum is exact.
+//   - Destroyed + Detached <= Created: the item counts are read together,
+//     also while items are created and destroyed concurrently.
+//   - Created - Destroyed - Detached (the items in existence) <= MaxSize,
+//     and ItemsAllocated <= MaxSize, except while [Pool.SetMaxSize] shrinks
+//     the pool below the items in existence: Stats.MaxSize is already the
+//     new value, and the leased items beyond it count until they come back.
+//   - QueuedLeases > 0 only when ItemsAllocated has reached MaxSize.
+//
+// At rest (no lease, creation or destruction under way): Created ==
+// Destroyed + Detached + ItemsAllocated.
+//
+// # Metrics
+//
+// With Options.MeterProvider set, the pool registers OpenTelemetry
+// instruments under the instrumentation scope "github.com/msl-armory/pool".
+// Every measurement carries the attribute pool.name (the pool's Name), so
+// pools sharing a provider report apart; durations are in seconds.
+//
+//   - pool.items.allocated (observable gauge, {item}): Stats.ItemsAllocated.
+//   - pool.items.available (observable gauge, {item}): Stats.ItemsAvailable.
+//   - pool.leases.active (observable gauge, {lease}): Stats.ActiveLeases.
+//   - pool.leases.queued (observable gauge, {lease}): Stats.QueuedLeases.
+//   - pool.utilization (observable gauge, 1): active / allocated; 0 when
+//     nothing is allocated.
+//   - pool.leases.granted (observable counter, {lease}): successful leases,
+//     Stats.Leases.
+//   - pool.lease.wait_time (histogram, s): the wait of each successful lease
+//     that queued. A lease served at once is not recorded: granted minus
+//     this histogram's count is the number of leases that waited 0 s.
+//   - pool.lease.errors (counter, {error}; attribute error.type): failed
+//     leases, by error.type: timeout (ErrLeaseTimeout), canceled (the
+//     caller's ctx ended), closed (ErrClosed), exhausted (TryLease's
+//     ErrExhausted), create (the factory failed for this lease), prepare (a
+//     fresh item failed its check).
+//   - pool.preparation.time (histogram, s): each IsReady plus Prepare, failed
+//     or not, on lease or by the upkeep.
+//   - pool.preparation.errors (counter, {error}): failed checks,
+//     Stats.PrepareFailed.
+//   - pool.items.create_time (histogram, s): each factory call, failed or
+//     not, in the background too.
+//   - pool.items.created (counter, {item}): successful factory calls,
+//     Stats.Created.
+//   - pool.items.destroyed (counter, {item}; attribute reason): destroyed
+//     items, by reason: idle, lifetime, prepare (a check that failed or
+//     panicked), reset (a Reset that failed or panicked), discard, clear,
+//     close (Close, an item coming back to a closed pool, or New cleaning
+//     up after a failed creation) and resize (beyond the MaxSize that
+//     SetMaxSize set).
+//   - pool.items.destroy_errors (counter, {error}): Destroy calls that
+//     failed or panicked, Stats.DestroyErrors.
+//   - pool.leases.leaked (counter, {lease}): leaked leases found,
+//     Stats.Leaked.
+//
+// The histograms advise bucket boundaries from 0 to 30 s (100 µs, 250 µs,
+// 500 µs, 1 ms and so on up to 10 s, 30 s); a View overrides them.
+//
+// Cost. With a nil or no-op MeterProvider nothing is registered and nothing
+// recorded. With a real one, a lease and release of an idle item still
+// record nothing: the observable instruments are read from Stats in one
+// callback when the provider collects, from counts the pool keeps anyway.
+// The other instruments record where the pool is already slow: in the queue,
+// on a factory call, a check, a destroy or an error. (A histogram record
+// costs the SDK about 130 ns, several times a whole lease and release; that
+// is why pool.lease.wait_time holds only the leases that queued.) Close
+// unregisters the callback: a closed pool's observable instruments stop
+// reporting, while its counters and histograms go on recording what the
+// leases still out do. The callback holds the pool weakly, so a pool dropped
+// without Close can still be collected.
+//
+// # Leaks
+//
+// A lease that becomes unreachable without Release, Discard or Detach is a
+// leak: its item stays in use, and counts against MaxSize, for the life of
+// the pool. The garbage collector finds it: the pool keeps no reference to a
+// leased item, and each item gets one [runtime.AddCleanup] when it is
+// created. When a leased item is found unreachable the pool counts it in
+// Stats.Leaked and pool.leases.leaked and calls Options.OnLeak, if set, with
+// a [LeakReport]; the item is neither destroyed nor reused, since it may
+// still be in use somewhere. A leak surfaces within a garbage collection
+// cycle or two after the lease became unreachable, and is reported once.
+// OnLeak runs on a goroutine of its own, never on the runtime's cleanup
+// goroutine. It must not refer to the pool, or a pool dropped without Close
+// could never be collected.
+//
+// Never reported: leases that ended; items destroyed by the pool; the idle
+// items of a pool dropped without Close; a lease leaked from a pool that is
+// itself dropped.
+//
+// Leak detection is always on and costs nothing per lease: no allocation, no
+// finalizer, no clock read; each creation pays for one AddCleanup and each
+// destruction for stopping it. With Options.TrackLeaseSites, each lease also
+// records when and where it was taken (the stack of the Lease call, up to 32
+// frames), for LeakReport.Age and LeakReport.Stack. That puts every lease on
+// the slow path and calls [runtime.Callers]: on the reference machine a
+// lease and release costs about ten times as much (0.35 µs from a shallow
+// stack, 1.0 µs from 40 frames deep, against 35 ns) and each item about 300
+// bytes more, still with no allocation per lease. Turn it on in tests, while
+// debugging, or in a service while hunting a leak.
+//
+// # Upkeep
+//
+// By default the pool runs no goroutine of its own and expiry is lazy: when
+// IdleTimeout or MaxLifetime is set, every release, and every lease that
+// takes an idle item, reads the clock anyway and checks whether a sweep is
+// due, and the first to find one due sweeps: it destroys every idle item
+// past its time, wherever it sits. Sweeps are due every half of the smaller
+// of IdleTimeout and MaxLifetime (at least 1 ms). So while leases or
+// releases happen, every idle item is judged at least that often, and an
+// expired one is destroyed by the first lease or release after the next
+// sweep falls due; after a burst, a lightly used pool shrinks back to what
+// its load needs. The sweep runs inside that lease or release, Destroy calls
+// included. With IdleTimeout and MaxLifetime both 0 there is no sweep, and
+// it costs the lease and release nothing.
+//
+// Options.UpkeepInterval (0: off) starts one goroutine per pool, stopped by
+// Close before Close returns, that runs a round every UpkeepInterval, spread
+// by up to ±10 % so that many pools do not tick in step. A round
+//
+//   - destroys the idle items past IdleTimeout or their lifetime, without
+//     waiting for a lease;
+//   - with a Preparer and CheckAfterIdle > 0, checks the idle items that sat
+//     idle at least CheckAfterIdle, one at a time, and destroys those that
+//     fail, so a dead connection is found before a lease meets it;
+//   - creates items until MinSize exist, never past MaxSize and never while
+//     leases wait (they create their own). A failed creation is logged and
+//     the next round comes sooner: after a sixteenth of the interval,
+//     doubling up to the interval.
+//
+// An item being checked or created counts against MaxSize, and no lease
+// receives it meanwhile. Nothing of the upkeep runs on the lease and release
+// paths.
+//
+// With the upkeep on, MinSize is a floor kept over time: the sweeps (lazy or
+// the upkeep's) leave an item that has only idled past IdleTimeout while
+// MinSize or fewer items exist, since the upkeep would create it again at
+// once. MaxLifetime applies to every item, and the upkeep replaces what it
+// destroys. A lease that meets an idle-expired item still destroys it, which
+// can leave fewer than MinSize items until the next round.
+//
+// Options.MaxLifetimeJitter spreads lifetimes: each item lives MaxLifetime
+// plus a random duration in [0, MaxLifetimeJitter), drawn at its creation,
+// so that items created together are not all destroyed, and redialed, in the
+// same instant. It requires MaxLifetime.
+//
+// [Pool.SetMaxSize] changes MaxSize at run time, as a configuration reload
+// may. Growing serves the waiting leases at once, in FIFO order, each with
+// the right to create an item. Shrinking creates nothing past the new
+// MaxSize: idle items beyond it are destroyed now, leased items beyond it
+// when they come back, and new leases wait until the items fit. Stats, the
+// gauges and ErrLeaseTimeout's message follow the new value. SetMaxSize
+// refuses a size below 1 or below MinSize with ErrInvalidOptions.
+//
+// # Footguns
+//
+// What the pool defuses:
+//
+//   - Releasing twice, or through a copy or a stale handle: a no-op, never a
+//     second borrower for the same item.
+//   - Using an item after giving it back: Value panics.
+//   - A wait that never ends: LeaseTimeout or a ctx deadline bound it, and
+//     Close wakes every waiter.
+//   - A waiter canceled at the instant it is handed an item: the item goes
+//     to the next waiter.
+//   - One impatient caller costing a second dial: its creation finishes in
+//     the background and the item goes idle.
+//   - Idle connections the server dropped: a Preparer finds and restores or
+//     replaces them, and with CheckAfterIdle a busy pool does not check on
+//     every lease.
+//   - Panicking user code, or runtime.Goexit in it: the pool stays
+//     consistent, and the panic reaches the caller with the stack where it
+//     happened; where no caller exists, it is logged and never crashes the
+//     program.
+//
+// What it cannot defuse:
+//
+//   - A lease that is never ended keeps its item for the life of the pool.
+//     Leak MaxSize of them and every lease waits until its ctx or
+//     LeaseTimeout ends it, and Shutdown until its ctx ends. Always defer
+//     l.Release(); the pool tells you of a leak (see Leaks), it cannot undo
+//     one.
+//   - Destroy, and Reset, run on the goroutine that let the item go, while
+//     it still counts against MaxSize: a Destroy that blocks (a QUIT to a
+//     server that does not answer) blocks Close, Clear, SetMaxSize, Discard,
+//     a Release that destroys, and a Lease that meets an expired or broken
+//     item or runs a sweep. Bound them, as you bound your dials: a factory
+//     that ignores its ctx holds its place in the pool until it returns.
+//   - MinSize > 0 makes New create items: when the server is down, New
+//     fails with the factory's error, and a program that needs the pool to
+//     start must set MinSize to 0 (items are then created on demand) or
+//     retry New.
+//   - A Preparer puts every lease on the slow path: each lease judges its
+//     item, and with CheckAfterIdle 0 calls IsReady every time. Set
+//     CheckAfterIdle when a check costs a round trip. IdleTimeout and
+//     MaxLifetime put every lease on the slow path too (each lease and
+//     release reads the clock), and so does TrackLeaseSites (each lease
+//     reads the clock and walks its caller's stack).
+//   - PreparationTimeout bounds the check of one item, not the lease: a
+//     lease that meets several idle items that fail their check may spend
+//     that long on each before it creates a fresh one. Bound the lease with
+//     its ctx.
+//
+// [docs/DESIGN.md]: https://github.com/msl-armory/pool/blob/main/docs/DESIGN.md
+// [docs/TESTING.md]: https://github.com/msl-armory/pool/blob/main/docs/TESTING.md
+package pool
