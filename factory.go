@@ -8,10 +8,12 @@ import (
 // Factory creates the items a pool lends.
 //
 // Create is called with a context that carries the values of the ctx given
-// to Lease (or New) but not its cancellation: a creation that the caller
-// abandons finishes in the background and its item goes idle, so an impatient
-// caller never costs a second dial. The context is canceled by Close and
-// bounded by Options.CreateTimeout. A Create that ignores its context holds
+// to Lease but not its cancellation: a creation that the caller abandons
+// finishes in the background and its item goes idle, so an impatient caller
+// never costs a second dial. The context is canceled by Close and bounded
+// by Options.CreateTimeout. New's creations are different: they run under
+// New's own ctx (and CreateTimeout), and the first failure cancels the
+// others. A Create that ignores its context holds
 // its permit until it returns, so bound your dials.
 //
 // A panic in Create reaches the Lease that waits for it (the pool stays

@@ -527,7 +527,8 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // destructions), the idle entries (queued or parked), the queued waiters and
 // the slots' sums, with fastLeases added to their leases. Parked entries
 // come and go without the lock, so the split between leased and idle is a
-// moment's estimate, but neither figure exceeds size.
+// moment's estimate, but neither figure exceeds size, unless a shrink has
+// not settled yet.
 func (g *gate[T]) counts() (leased, idle, queued, size int, sums slotSums) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -535,6 +536,14 @@ func (g *gate[T]) counts() (leased, idle, queued, size int, sums slotSums) {
 	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
 	sums.leases += g.fastLeases
 	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, sums
+}
+
+// items returns the items in existence as the gate counts them: permits
+// held (leased, parked, being created, checked or destroyed) plus idle.
+func (g *gate[T]) items() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held + g.idle.len()
 }
 
 // maxSize returns the gate's size now.

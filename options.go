@@ -91,8 +91,8 @@ type Options[T any] struct {
 	// exists, and that panic is dropped.
 	Destroy func(item T) error `json:"-"`
 
-	// MeterProvider receives the pool's OpenTelemetry instruments (see the
-	// README's Metrics section), under the instrumentation scope
+	// MeterProvider receives the pool's OpenTelemetry instruments (see
+	// Metrics in the package documentation), under the instrumentation scope
 	// "github.com/msl-armory/pool" and the attribute pool.name. nil (or a
 	// no-op provider): nothing is registered and nothing recorded. A lease
 	// and release of an idle item records nothing either way: the gauges

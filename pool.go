@@ -112,7 +112,8 @@ type Stats struct {
 	// Created counts successful factory calls; Destroyed, items the pool
 	// destroyed (whatever Destroy did); Detached, items taken out with
 	// Lease.Detach. In every snapshot Destroyed + Detached <= Created, and
-	// Created - Destroyed - Detached (the items in existence) <= MaxSize;
+	// Created - Destroyed - Detached (the items in existence) <= MaxSize
+	// (but for a while after SetMaxSize shrank it, as for ItemsAllocated);
 	// at rest, Created == Destroyed + Detached + ItemsAllocated.
 	Created, Destroyed, Detached uint64
 	// IdleExpired and LifetimeExpired count items destroyed for exceeding
@@ -483,6 +484,9 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 			}
 		}
 		why, expired := p.expired(e, now)
+		if expired && why == reasonIdle && p.opts.UpkeepInterval > 0 && p.g.items() <= p.opts.MinSize {
+			expired = false // with the upkeep on, idling never takes the pool below MinSize
+		}
 		if !expired && p.needsCheck(e, now) {
 			if err = ctx.Err(); err != nil {
 				// Gave up before the check: the item is as good as it was.
@@ -551,27 +555,31 @@ func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
 		start := p.now()
 		defer func() { p.m.prepTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
 	}
-	pctx := ctx
-	if p.opts.PreparationTimeout > 0 {
+	pctx, limit := ctx, p.opts.PreparationTimeout
+	var start int64
+	if limit > 0 {
 		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, p.opts.PreparationTimeout)
+		pctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
+		start = monotime()
 	}
 	ready, err := p.opts.Preparer.IsReady(pctx, e.value)
 	if err == nil && !ready {
 		err = p.opts.Preparer.Prepare(pctx, e.value)
 	}
-	if err == nil && pctx != ctx && ctx.Err() == nil {
-		// A Preparer that ignored its ctx may report success after the
-		// timeout: too late all the same.
-		err = pctx.Err()
+	// Read the clock rather than wait for pctx's timer to mark it done: a
+	// Preparer that ignored its ctx may report success after the timeout,
+	// too late all the same, before that timer has run.
+	timedOut := limit > 0 && ctx.Err() == nil && (pctx.Err() != nil || monotime()-start >= int64(limit))
+	if err == nil && timedOut {
+		err = context.DeadlineExceeded
 	}
 	if err != nil {
 		p.c.prepareFail.Add(1)
 		if p.m != nil {
 			p.m.prepErrors.Add(ctx, 1, p.m.add...)
 		}
-		if ctx.Err() == nil && pctx.Err() != nil {
+		if timedOut {
 			return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)
 		}
 		return fmt.Errorf("pool %q: prepare item: %w", p.opts.Name, err)
