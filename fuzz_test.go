@@ -214,20 +214,20 @@ func fzAwaitTurn(ctx context.Context) {
 type fzKind int
 
 const (
-	fzOK         fzKind = iota
-	fzClosed            // ErrClosed
-	fzExhausted         // ErrExhausted
-	fzTimeout           // ErrLeaseTimeout
-	fzCanceled          // context.Canceled
-	fzCreateErr         // the factory's error, wrapped
-	fzPrepareErr        // the Preparer's error, wrapped
-	fzDestroyErr        // Close or Shutdown: the joined Destroy errors
-	fzPanicked          // user code panicked, and the panic reached the caller
-	fzMisuse            // Value or Detach on an ended lease panicked
-	fzQueued            // the lease queued: it goes on on a goroutine of its own
-	fzInvalid           // ErrInvalidOptions (SetMaxSize)
-	fzRoundFailed       // an upkeep round reported a failed creation
-	fzOther             // anything else: never expected
+	fzOK          fzKind = iota
+	fzClosed             // ErrClosed
+	fzExhausted          // ErrExhausted
+	fzTimeout            // ErrLeaseTimeout
+	fzCanceled           // context.Canceled
+	fzCreateErr          // the factory's error, wrapped
+	fzPrepareErr         // the Preparer's error, wrapped
+	fzDestroyErr         // Close or Shutdown: the joined Destroy errors
+	fzPanicked           // user code panicked, and the panic reached the caller
+	fzMisuse             // Value or Detach on an ended lease panicked
+	fzQueued             // the lease queued: it goes on on a goroutine of its own
+	fzInvalid            // ErrInvalidOptions (SetMaxSize)
+	fzRoundFailed        // an upkeep round reported a failed creation
+	fzOther              // anything else: never expected
 )
 
 var fzKindNames = [...]string{"ok", "ErrClosed", "ErrExhausted", "ErrLeaseTimeout", "Canceled",
