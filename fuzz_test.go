@@ -36,6 +36,32 @@ import (
 // scheduled for the next factory call, readiness check, Reset or Destroy:
 // a failure or a panic.
 //
+// Lifecycle over time (SPEC.md, Additions, second round):
+//
+//   - The sweep for expiry that a lease or release runs once a period:
+//     the parked item joins the queue, and every expired queued item is
+//     destroyed; with the upkeep on, one that expired only by idling stays
+//     while MinSize or fewer items exist (fzModel.destroyExpired).
+//   - Upkeep rounds (opUpkeep, with the upkeep on: see newFzRun), run by
+//     the script on its own goroutine with p.upkeepRound(), on the fake
+//     clock: that sweep; then, with a Preparer and CheckAfterIdle, the
+//     idle items due a check (by max(idleAt, checkedAt)) checked oldest
+//     first, a failure destroyed and a success stamped and put back at the
+//     queue's tail; then items created up to MinSize while no lease waits
+//     (a failed creation ends the round, which reports false).
+//   - SetMaxSize(1–4) (opResize): refused below MinSize, ErrClosed on a
+//     closed pool; growing grants the oldest waiters bare permits; shrinking
+//     destroys the parked item and the oldest queued ones beyond the new
+//     size (reason resize), and until the items fit, an item released is
+//     destroyed (reason resize), a permit given back retires instead of
+//     going to a waiter, the slot is bypassed and new leases queue.
+//
+// Opcodes 12 and 13 were Close and Shutdown with an argument divisible by
+// 4 and did nothing otherwise; their other arguments are now opUpkeep and
+// opResize, so the committed corpus keeps its meaning but where it had
+// those no-ops (opUpkeep does nothing with the upkeep off, which no
+// committed script has on).
+//
 // Determinism. The model predicts which item each lease gets, so the test
 // gives the pool's idle ring a single slot: whichever processor (or, in the
 // poolportable build, whichever hint) a goroutine runs on, the slot holds
@@ -45,6 +71,14 @@ import (
 // pool, and the order in which user code runs (and so which scheduled fault
 // it meets) is the model's order. Several slots, and interleavings across
 // processors, are left to the ring, stress and soak tests.
+//
+// Several waiters granted at once (SetMaxSize growing) go on with their
+// leases concurrently. So a queued lease's ctx carries its waiter, and the
+// factory and the Preparer wait for that waiter's turn (fzAwaitTurn): the
+// model goes on with the granted leases after the step, in the order of
+// their grants (runGranted), and settle gives the real ones their turns in
+// that order, one after another, so they call user code, and meet the
+// scheduled faults, in the model's order.
 
 // fzFault is what the next call of a hook does.
 type fzFault uint8
@@ -1600,10 +1634,14 @@ func fzUpkeepCfg(maxSize, minSize int) byte {
 }
 
 // FuzzPool plays scripts on the pool and its model. The seeds below are
-// written by hand, one per area; testdata/fuzz/FuzzPool holds 40 scripts
+// written by hand, one per area; testdata/fuzz/FuzzPool holds 45 scripts
 // the fuzzer found: the 9 that together cover every block of the package
 // that any of 328 found scripts covered, and the longest script of each of
-// 31 other configurations. To fuzz on:
+// 31 other configurations; then, with upkeep rounds and SetMaxSize, the 3
+// that add blocks to those and the seeds (of 176 found: a failing and a
+// panicking creation in a round, a Destroy error in a shrink, a waiter
+// leaving from mid-queue), the longest with the upkeep on and the longest
+// with most resizes. To fuzz on:
 //
 //	go test -run '^$' -fuzz '^FuzzPool$' -fuzztime 10m .
 func FuzzPool(f *testing.F) {
