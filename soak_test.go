@@ -39,7 +39,11 @@ const (
 	skMaxSize     = 8 // small, so that leases contend and queue
 	skMinSize     = 2 // so that Clear refills
 	skCheckEvery  = 64
-	skMaxReports  = 20 // violations reported in full; past that they are only counted
+	// SetMaxSize: every 0.5–3 ms, a size in [max(1, MinSize), skMaxSize];
+	// skMaxSize again before the end.
+	skResizeMin  = 500 * time.Microsecond
+	skResizeSpan = 2500 * time.Microsecond
+	skMaxReports = 20 // violations reported in full; past that they are only counted
 
 	// Fault rates, per call of the hook.
 	skFactoryFailRate  = 0.02
@@ -119,12 +123,13 @@ type skConfig struct {
 	checkAfterIdle time.Duration
 	idleTimeout    time.Duration
 	maxLifetime    time.Duration
-	metrics        bool // an SDK MeterProvider, whose counters are checked at the end
+	upkeep         time.Duration // UpkeepInterval; 0: none
+	metrics        bool          // an SDK MeterProvider, whose counters are checked at the end
 }
 
 // skConfigure derives the i-th half's configuration from the base seed.
-// LeaseTimeout and CheckAfterIdle are on in one half and off in the other
-// (which one is the seed's choice), so every run sees both.
+// LeaseTimeout, CheckAfterIdle and the upkeep are on in one half and off in
+// the other (which one is the seed's choice), so every run sees both.
 func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 	r := rand.New(rand.NewPCG(base, uint64(i)))
 	cfg := skConfig{
@@ -140,6 +145,9 @@ func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 	}
 	if (base&2 == 2) == (i == 0) {
 		cfg.checkAfterIdle = time.Duration(100+r.IntN(400)) * time.Microsecond
+	}
+	if (base&4 == 4) == (i == 0) {
+		cfg.upkeep = time.Duration(1000+r.IntN(4000)) * time.Microsecond
 	}
 	return cfg
 }
@@ -159,6 +167,7 @@ type skCounts struct {
 	// The helpers' work.
 	clears, statsReads, checks, calmPhases atomic.Int64
 	maxQueued, peakLive                    atomic.Int64
+	resizes, shrinks, minSizeSet           atomic.Int64 // SetMaxSize calls; to a smaller size; the smallest set
 
 	// The hooks' view.
 	created, destroyed, slowCreates, createAborted atomic.Int64
@@ -168,6 +177,7 @@ type skCounts struct {
 	prepareErrs, prepareFaults, prepareCtx              atomic.Int64 // prepareErrs: every error IsReady or Prepare returned
 	preparePanics, resetFails, resetPanics, destroyErrs atomic.Int64
 	seenFactory, seenPrepare, seenReset                 atomic.Int64
+	upkeepPrepare, upkeepPreparePanics                  atomic.Int64 // the upkeep's checks, and the panics in them (no caller to reach)
 }
 
 // skRun is one half of the soak: the pool, its user code (skRun is its
@@ -200,9 +210,13 @@ type skRun struct {
 	stale    skStale        // handles of ended leases
 	handoffs chan skHandoff // leases left for the courier to end
 	stop     chan struct{}  // ends the clearer and the checker
+	// sizes resizes the pool (the resizer) and checks its invariants.
+	sizes      *sizeWindow[*skItem]
+	stopResize chan struct{} // ends the resizer, which restores skMaxSize
 
 	violations, invFailures atomic.Int64
-	stopTook                time.Duration // from Close or Shutdown to the end of the drain
+	stopTook                time.Duration    // from Close or Shutdown to the end of the drain
+	destroyedBy             map[string]int64 // pool.items.destroyed by reason, with metrics
 	c                       skCounts
 }
 
@@ -215,11 +229,12 @@ type skHandoff struct {
 // skStart makes the pool of one half.
 func skStart(t *testing.T, cfg skConfig) *skRun {
 	s := &skRun{
-		t:        t,
-		cfg:      cfg,
-		dice:     skDice{seed: cfg.seed},
-		handoffs: make(chan skHandoff, skMaxSize),
-		stop:     make(chan struct{}),
+		t:          t,
+		cfg:        cfg,
+		dice:       skDice{seed: cfg.seed},
+		handoffs:   make(chan skHandoff, skMaxSize),
+		stop:       make(chan struct{}),
+		stopResize: make(chan struct{}),
 	}
 	opts := Options[*skItem]{
 		Name:           "soak-" + cfg.mode,
@@ -232,6 +247,7 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		CheckAfterIdle: cfg.checkAfterIdle,
 		Reset:          s.reset,
 		Destroy:        s.destroy,
+		UpkeepInterval: cfg.upkeep,
 	}
 	if cfg.metrics {
 		s.reader = sdkmetric.NewManualReader()
@@ -242,6 +258,8 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 	p, err := New[*skItem](context.Background(), s, opts)
 	require.NoError(t, err)
 	s.p = p
+	s.sizes = newSizeWindow(p)
+	s.c.minSizeSet.Store(skMaxSize)
 	s.armed.Store(true)
 	s.active.Store(skWorkers)
 	return s
@@ -329,6 +347,10 @@ func (s *skRun) touch(it *skItem, hook string) {
 // honours its ctx as a ping would.
 func (s *skRun) IsReady(ctx context.Context, it *skItem) (bool, error) {
 	s.touch(it, "IsReady")
+	upkeep := ctx.Value(skLeaseKey{}) == nil // a lease's ctx carries the key; the upkeep's does not
+	if upkeep {
+		s.c.upkeepPrepare.Add(1)
+	}
 	if err := ctx.Err(); err != nil {
 		s.c.prepareErrs.Add(1)
 		s.c.prepareCtx.Add(1)
@@ -338,6 +360,9 @@ func (s *skRun) IsReady(ctx context.Context, it *skItem) (bool, error) {
 	switch {
 	case x < skPreparePanicRate:
 		s.c.preparePanics.Add(1)
+		if upkeep {
+			s.c.upkeepPreparePanics.Add(1)
+		}
 		panic(skPanic{"prepare"})
 	case x < skPreparePanicRate+skReadyFailRate:
 		s.c.prepareErrs.Add(1)
@@ -466,11 +491,15 @@ func (s *skRun) checkEnded(l Lease[*skItem]) {
 	}
 }
 
+// skLeaseKey marks a lease's ctx, so that the Preparer tells a lease's
+// check from the upkeep's.
+type skLeaseKey struct{}
+
 // skLeaseCtx returns the context of one lease: none (40 %), a deadline
 // 0.05–5 ms away (35 %), a cancel 0.05–5 ms away (20 %), or one that has
 // ended already (5 %: canceled, or past its deadline).
 func skLeaseCtx(r *rand.Rand) (context.Context, context.CancelFunc) {
-	bg := context.Background()
+	bg := context.WithValue(context.Background(), skLeaseKey{}, true)
 	d := time.Duration(50+r.IntN(4951)) * time.Microsecond
 	switch k := r.IntN(100); {
 	case k < 40:
@@ -813,6 +842,37 @@ func (s *skRun) clearer(r *rand.Rand) {
 	}
 }
 
+// resizer calls SetMaxSize every 0.5–3 ms with a size in [max(1, MinSize),
+// skMaxSize], until stopResize; then it restores skMaxSize, so that the
+// pool ends as it began. SetMaxSize must succeed: the pool is open.
+func (s *skRun) resizer(r *rand.Rand) {
+	lo := max(1, skMinSize)
+	size := skMaxSize
+	for {
+		select {
+		case <-s.stopResize:
+			if err := s.sizes.setMaxSize(skMaxSize); err != nil {
+				s.violate("SetMaxSize(%d) at the end: %v", skMaxSize, err)
+			}
+			return
+		case <-time.After(skResizeMin + time.Duration(r.Int64N(int64(skResizeSpan)))):
+		}
+		n := lo + r.IntN(skMaxSize-lo+1)
+		if err := s.sizes.setMaxSize(n); err != nil {
+			s.violate("SetMaxSize(%d): %v", n, err)
+		}
+		s.c.resizes.Add(1)
+		if n < size {
+			s.c.shrinks.Add(1)
+		}
+		size = n
+		if n < int(s.c.minSizeSet.Load()) {
+			s.c.minSizeSet.Store(int64(n))
+		}
+		s.check()
+	}
+}
+
 // checker checks the invariants continuously, until stop.
 func (s *skRun) checker() {
 	for {
@@ -841,7 +901,7 @@ func (s *skRun) check() {
 		return
 	}
 	s.c.checks.Add(1)
-	if !checkInvariants(s.t, s.p, s.live.Load) {
+	if !s.sizes.check(s.t, s.live.Load) {
 		s.invFailures.Add(1)
 	}
 }
@@ -881,13 +941,14 @@ func (s *skRun) checkStopErr(what string, err error) {
 func (s *skRun) run() {
 	rng := rand.New(rand.NewPCG(s.cfg.seed, 0x50a4))
 	newRand := func() *rand.Rand { return rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) }
-	var workers, helpers, courier sync.WaitGroup
+	var workers, helpers, courier, resizer sync.WaitGroup
 	for i := range skWorkers {
 		r := newRand()
 		workers.Go(func() { s.worker(i, r) })
 	}
-	courierRand, clearRand := newRand(), newRand()
+	courierRand, clearRand, resizeRand := newRand(), newRand(), newRand()
 	courier.Go(func() { s.courier(courierRand) })
+	resizer.Go(func() { s.resizer(resizeRand) })
 	helpers.Go(func() { s.clearer(clearRand) })
 	helpers.Go(s.checker)
 
@@ -906,7 +967,9 @@ func (s *skRun) run() {
 		}
 		time.Sleep(min(d, time.Until(deadline)))
 	}
-	s.active.Store(skWorkers) // every worker must lease, to see ErrClosed
+	close(s.stopResize)
+	skAwait(&resizer, "the resizer") // MaxSize is skMaxSize again
+	s.active.Store(skWorkers)        // every worker must lease, to see ErrClosed
 
 	start := time.Now()
 	var shutdownErr chan error
@@ -985,9 +1048,14 @@ func (s *skRun) verify() {
 	assert.GreaterOrEqual(t, st.Waits, st.Timeouts, "every timeout waited")
 	assert.Zero(t, st.Leaked, "leaked leases")
 
-	// A panic in the Preparer or Reset always has a caller to reach; one in
-	// the factory has none when the lease that started it gave up.
-	assert.Equal(t, s.c.preparePanics.Load(), s.c.seenPrepare.Load(), "Preparer panics that reached a Lease")
+	// A panic in the Preparer or Reset always has a caller to reach, but in
+	// the upkeep's checks; one in the factory has none when the lease that
+	// started it gave up, or in the upkeep.
+	assert.Equal(t, s.c.preparePanics.Load()-s.c.upkeepPreparePanics.Load(), s.c.seenPrepare.Load(), "Preparer panics that reached a Lease")
+	assert.Equal(t, st.MaxSize, skMaxSize, "MaxSize restored")
+	if s.cfg.upkeep == 0 {
+		assert.Zero(t, s.c.upkeepPrepare.Load(), "checks without a lease, with no upkeep")
+	}
 	assert.Equal(t, s.c.resetPanics.Load(), s.c.seenReset.Load(), "Reset panics that reached a Release")
 	assert.LessOrEqual(t, s.c.seenFactory.Load(), s.c.factoryPanics.Load(), "factory panics seen, against injected")
 
@@ -1028,6 +1096,7 @@ func (s *skRun) verifyMetrics(st Stats) {
 	_, created := skCounter(rm, "pool.items.created", "")
 	assert.EqualValues(t, st.Created, created, "pool.items.created")
 	reasons, destroyed := skCounter(rm, "pool.items.destroyed", "reason")
+	s.destroyedBy = reasons
 	assert.EqualValues(t, st.Destroyed, destroyed, "pool.items.destroyed")
 	assert.EqualValues(t, st.IdleExpired, reasons["idle"], "pool.items.destroyed{reason=idle}")
 	assert.EqualValues(t, st.LifetimeExpired, reasons["lifetime"], "pool.items.destroyed{reason=lifetime}")
@@ -1061,9 +1130,15 @@ func (s *skRun) report(wall time.Duration) string {
 		lt = s.cfg.leaseTimeout.String()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: ran %v under load, wall %v (stop to drained %v); LeaseTimeout %s, CheckAfterIdle %v, IdleTimeout %v, MaxLifetime %v, metrics %v\n",
+	fmt.Fprintf(&b, "%s: ran %v under load, wall %v (stop to drained %v); LeaseTimeout %s, CheckAfterIdle %v, IdleTimeout %v, MaxLifetime %v, UpkeepInterval %v, metrics %v\n",
 		s.cfg.mode, s.cfg.run, wall.Round(time.Millisecond), s.stopTook.Round(time.Microsecond),
-		lt, s.cfg.checkAfterIdle, s.cfg.idleTimeout, s.cfg.maxLifetime, s.cfg.metrics)
+		lt, s.cfg.checkAfterIdle, s.cfg.idleTimeout, s.cfg.maxLifetime, s.cfg.upkeep, s.cfg.metrics)
+	fmt.Fprintf(&b, "  SetMaxSize calls %d (%d shrinking, smallest %d), invariant checks while a shrink settled %d; upkeep checks %d (%d panicked)",
+		c.resizes.Load(), c.shrinks.Load(), c.minSizeSet.Load(), s.sizes.settlingChecks(), c.upkeepPrepare.Load(), c.upkeepPreparePanics.Load())
+	if s.destroyedBy != nil {
+		fmt.Fprintf(&b, "; destroyed by reason %v", s.destroyedBy)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "  operations %d: lease ok %d, timeouts %d, canceled %d, exhausted %d, closed %d, create failed %d, prepare failed %d, panicked %d\n",
 		c.ops.Load(), c.leaseOK.Load(), c.timeouts.Load(), c.canceled.Load(), c.exhausted.Load(), c.closed.Load(),
 		c.createFailed.Load(), c.prepareFailed.Load(), c.leasePanics.Load())

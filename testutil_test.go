@@ -168,7 +168,9 @@ func assertAtRest(t *testing.T, p *Pool[*conn]) {
 // instant, and reports each violation with t.Errorf (safe from any
 // goroutine). live is the number of items in existence by the test
 // factory's own count (from the start of Create to the end of Destroy), or
-// nil when the factory keeps none. It reports whether everything held.
+// nil when the factory keeps none. It reports whether everything held. For
+// a pool whose MaxSize never changes; see sizeWindow for one that
+// SetMaxSize resizes.
 //
 //   - The cap on items in existence: live <= MaxSize.
 //   - The derived figures stay within the cap: 0 <= ActiveLeases,
@@ -179,26 +181,95 @@ func assertAtRest(t *testing.T, p *Pool[*conn]) {
 //     permit is held (ItemsAllocated == MaxSize); Stats reads both under
 //     the gate's lock.
 func checkInvariants[T any](t testing.TB, p *Pool[T], live func() int64) bool {
+	return checkStats(t, p.Stats(), live, 0)
+}
+
+// checkStats is checkInvariants on the snapshot s, with live read after
+// it, for a pool whose items in existence may exceed MaxSize up to ceiling
+// while a shrink settles (0: MaxSize never changed). With bound =
+// max(s.MaxSize, ceiling), live, ActiveLeases, ItemsAvailable,
+// ItemsAllocated and Created - Destroyed - Detached must be at most bound,
+// and QueuedLeases > 0 means ItemsAllocated >= MaxSize: every permit is
+// held, and while a shrink settles more items than MaxSize may still be
+// out. With ceiling <= MaxSize these are checkInvariants' checks exactly
+// (ItemsAllocated <= MaxSize and >= MaxSize: equal).
+func checkStats(t testing.TB, s Stats, live func() int64, ceiling int) bool {
 	ok := true
-	s := p.Stats()
+	bound := max(s.MaxSize, ceiling)
 	if live != nil {
-		if n := live(); n > int64(s.MaxSize) {
-			t.Errorf("%d items exist, more than MaxSize %d", n, s.MaxSize)
+		if n := live(); n > int64(bound) {
+			t.Errorf("%d items exist, more than MaxSize %d (largest MaxSize in force since the items last fit: %d)", n, s.MaxSize, bound)
 			ok = false
 		}
 	}
 	if s.ActiveLeases < 0 || s.ItemsAvailable < 0 || s.QueuedLeases < 0 ||
-		s.ItemsAllocated != s.ActiveLeases+s.ItemsAvailable || s.ItemsAllocated > s.MaxSize {
-		t.Errorf("derived figures out of bounds: %+v", s)
+		s.ItemsAllocated != s.ActiveLeases+s.ItemsAvailable || s.ItemsAllocated > bound {
+		t.Errorf("derived figures out of bounds (bound %d): %+v", bound, s)
 		ok = false
 	}
-	if n := int64(s.Created) - int64(s.Destroyed) - int64(s.Detached); n > int64(s.MaxSize) {
-		t.Errorf("Created - Destroyed - Detached = %d, more than MaxSize %d: %+v", n, s.MaxSize, s)
+	if n := int64(s.Created) - int64(s.Destroyed) - int64(s.Detached); n > int64(bound) {
+		t.Errorf("Created - Destroyed - Detached = %d, more than MaxSize %d (bound %d): %+v", n, s.MaxSize, bound, s)
 		ok = false
 	}
-	if s.QueuedLeases > 0 && s.ItemsAllocated != s.MaxSize {
+	if s.QueuedLeases > 0 && s.ItemsAllocated < s.MaxSize {
 		t.Errorf("%d leases queue while a permit is free: %+v", s.QueuedLeases, s)
 		ok = false
+	}
+	return ok
+}
+
+// sizeWindow resizes a pool with SetMaxSize and checks its invariants
+// meanwhile (every resize of the pool must go through it).
+//
+// The invariant: let t0 be an instant when the items the pool accounts for
+// (held + idle: ItemsAllocated, which Stats reads exactly, under the
+// gate's lock) fit MaxSize. After t0 they never exceed the largest MaxSize
+// in force at any instant since t0: they grow only by a permit taken while
+// they are fewer than MaxSize, and while a shrink settles (more of them
+// than MaxSize) they never grow. The items in existence by the factory's
+// count are among them (each holds a permit, or is idle, from the start of
+// its creation to the end of its destruction), and so are Created -
+// Destroyed - Detached. So ceiling is the largest MaxSize in force since a
+// check last saw the items fit: a check lowers it to MaxSize when they do,
+// and a resize raises it to the new size before it takes effect. Checks and
+// resizes hold mu, so no resize happens between a check's Stats read and
+// its read of live, and no check lowers ceiling between them either.
+type sizeWindow[T any] struct {
+	p        *Pool[T]
+	mu       sync.Mutex
+	ceiling  int
+	settling int // checks that found more items than MaxSize: a shrink settling
+}
+
+func newSizeWindow[T any](p *Pool[T]) *sizeWindow[T] {
+	return &sizeWindow[T]{p: p, ceiling: p.Stats().MaxSize}
+}
+
+// settlingChecks returns how many checks found a shrink settling.
+func (w *sizeWindow[T]) settlingChecks() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.settling
+}
+
+// setMaxSize calls SetMaxSize(n).
+func (w *sizeWindow[T]) setMaxSize(n int) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ceiling = max(w.ceiling, n)
+	return w.p.SetMaxSize(n)
+}
+
+// check is checkInvariants for the resized pool.
+func (w *sizeWindow[T]) check(t testing.TB, live func() int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.p.Stats()
+	ok := checkStats(t, s, live, w.ceiling)
+	if s.ItemsAllocated <= s.MaxSize {
+		w.ceiling = s.MaxSize
+	} else {
+		w.settling++
 	}
 	return ok
 }
