@@ -685,12 +685,7 @@ func (p *Pool[T]) adopt(c *creation[T]) {
 		p.g.passOn(nil)
 		return
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			p.warn("destroy item", fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, asError(newPanicError(v))))
-		}
-	}()
-	p.putBack(c.e)
+	p.quietly(func() { p.putBack(c.e) })
 }
 
 // asError returns v as an error: itself, or an error that prints it.

@@ -212,13 +212,14 @@ func (p *Pool[T]) checkIdle(now int64) {
 			continue
 		}
 		e.checkedAt = p.now()
-		p.toGate(e)
+		p.quietly(func() { p.toGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
 	}
 }
 
 // checkOne prepares e for the upkeep, destroying it (and freeing its
 // permit) when it fails, panics or calls runtime.Goexit; a panic is
-// returned as an error, since the upkeep has no caller to raise it to.
+// returned as an error, since the upkeep has no caller to raise it to, and
+// so is a panic of the Destroy that follows (logged by quietly).
 func (p *Pool[T]) checkOne(e *entry[T]) (err error) {
 	returned := false
 	defer func() {
@@ -228,7 +229,7 @@ func (p *Pool[T]) checkOne(e *entry[T]) (err error) {
 		if v := recover(); v != nil {
 			err = asError(newPanicError(v))
 		}
-		p.dispose(e, reasonPrepare)
+		p.quietly(func() { p.dispose(e, reasonPrepare) })
 	}()
 	err = p.prepare(context.Background(), e)
 	returned = true
@@ -266,6 +267,18 @@ func (p *Pool[T]) createIdle() (ok bool) {
 		}
 		return false
 	}
-	p.toGate(e)
+	p.quietly(func() { p.toGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
 	return true
+}
+
+// quietly runs f, which may destroy an item, for a caller with nobody to
+// raise a Destroy panic to: the panic is logged instead, and the item
+// counts as destroyed all the same (destroyItem counts it either way).
+func (p *Pool[T]) quietly(f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.warn("destroy item", fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, asError(newPanicError(v))))
+		}
+	}()
+	f()
 }

@@ -20,8 +20,12 @@ import (
 
 // ukLightLoad is the scenario of issue 12: a burst of 10 leases released
 // together, then one lease every millisecond for a second, on the pool's
-// fake clock. It returns the pool's Stats at the end.
-func ukLightLoad(t *testing.T, opts Options[*conn]) Stats {
+// fake clock. It returns the pool's Stats at the end, and how many items
+// the load may keep in use: one, or in the portable build, where a
+// goroutine's processor hint is not sticky under -race (sync.Pool drops
+// the token at random there), one per slot and one more: each lease may
+// land on another slot, and every slot may hold a recently used item.
+func ukLightLoad(t *testing.T, opts Options[*conn]) (Stats, int) {
 	t.Helper()
 	opts.MaxSize = 16
 	p, tr := newTracked(t, opts)
@@ -38,7 +42,11 @@ func ukLightLoad(t *testing.T, opts Options[*conn]) Stats {
 		mustLease(t, p).Release()
 		checkInvariants(t, p, func() int64 { return tr.live.Load() })
 	}
-	return p.Stats()
+	needs := 2
+	if !pinsProcessor {
+		needs = len(p.g.slots.s) + 1
+	}
+	return p.Stats(), needs
 }
 
 func TestIdleItemsExpireUnderLightLoad(t *testing.T) {
@@ -46,15 +54,15 @@ func TestIdleItemsExpireUnderLightLoad(t *testing.T) {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 
-			s := ukLightLoad(t, Options[*conn]{IdleTimeout: 50 * time.Millisecond})
+			s, needs := ukLightLoad(t, Options[*conn]{IdleTimeout: 50 * time.Millisecond})
 			t.Logf("IdleTimeout: %d allocated, %d idle, IdleExpired %d", s.ItemsAllocated, s.ItemsAvailable, s.IdleExpired)
-			assert.LessOrEqual(t, s.ItemsAllocated, 2, "the pool shrank to what the load needs: %+v", s)
-			assert.GreaterOrEqual(t, s.IdleExpired, uint64(8))
+			assert.LessOrEqual(t, s.ItemsAllocated, needs, "the pool shrank to what the load needs: %+v", s)
+			assert.GreaterOrEqual(t, s.IdleExpired, uint64(10-needs))
 
-			s = ukLightLoad(t, Options[*conn]{MaxLifetime: 50 * time.Millisecond})
+			s, needs = ukLightLoad(t, Options[*conn]{MaxLifetime: 50 * time.Millisecond})
 			t.Logf("MaxLifetime: %d allocated, %d idle, LifetimeExpired %d", s.ItemsAllocated, s.ItemsAvailable, s.LifetimeExpired)
-			assert.LessOrEqual(t, s.ItemsAllocated, 2, "%+v", s)
-			assert.GreaterOrEqual(t, s.LifetimeExpired, uint64(8))
+			assert.LessOrEqual(t, s.ItemsAllocated, needs, "%+v", s)
+			assert.GreaterOrEqual(t, s.LifetimeExpired, uint64(10-needs))
 		})
 	}
 }
@@ -491,4 +499,24 @@ func TestSetMaxSizeUnderLoad(t *testing.T) {
 	assert.Equal(t, 8, s.MaxSize)
 	assert.LessOrEqual(t, tr.peak.Load(), int64(16))
 	t.Logf("%d leases through the resizes; created %d, destroyed %d", s.Leases, s.Created, s.Destroyed)
+}
+
+// TestUpkeepLogsADestroyPanic: the upkeep has no caller to raise a panic
+// to, and on its own goroutine a panic would end the program. An item that
+// fails its check and whose Destroy panics is logged, counted, and the
+// round goes on.
+func TestUpkeepLogsADestroyPanic(t *testing.T) {
+	var log edLog
+	prep := &lcPreparer{}
+	p, _, clk := ukUpkept(t, Options[*conn]{MaxSize: 2, Preparer: prep, CheckAfterIdle: time.Minute, Logger: log.logger(),
+		Destroy: func(*conn) error { panic("uk: Destroy panic") }})
+	ukIdle(t, p, 2)
+	prep.set(func(context.Context, *conn) (bool, error) { return false, errBoom }, nil)
+	clk.advance(lcMin(2))
+	require.NotPanics(t, func() { assert.True(t, p.upkeepRound()) })
+	s := p.Stats()
+	assert.EqualValues(t, 2, s.PrepareFailed, "the round went on to the second item")
+	assert.EqualValues(t, 2, s.DestroyErrors)
+	assert.Zero(t, s.ItemsAllocated)
+	assert.Contains(t, log.String(), "uk: Destroy panic")
 }
