@@ -1541,10 +1541,22 @@ func (r *fzRun) checkMetrics() {
 }
 
 // play runs a whole script.
+// fzScriptLimit bounds one script's run: see fzPlay.
+const fzScriptLimit = 30 * time.Second
+
 func fzPlay(t *testing.T, script []byte) {
 	if len(script) < 2 {
 		script = append(script, 0, 0)
 	}
+	// A script takes milliseconds. One that hangs is a deadlock, in the
+	// pool or in the harness's turns: crash with every goroutine's stack,
+	// which the fuzzer prints, rather than leave it to hang the fuzzer.
+	watchdog := time.AfterFunc(fzScriptLimit, func() {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		panic(fmt.Sprintf("FuzzPool: a script ran for %v, a hang:\n%s", fzScriptLimit, buf[:n]))
+	})
+	defer watchdog.Stop()
 	r := newFzRun(t, script[0], script[1])
 	defer func() { // also when a step failed: then no fault may go off in Close
 		close(r.abort)
