@@ -206,9 +206,12 @@ func watch[T any](s *leakSink, e *entry[T], trackSite bool) {
 }
 
 // leakSiteSkip makes runtime.Callers start at the caller of Lease or
-// TryLease: it skips Callers, recordSite, leaseSlow, lease and Lease.
+// TryLease: it skips Callers, recordSite and Lease (or TryLease), which
+// calls recordSite itself. The walk reads each frame's tables from the
+// start of its function, so starting it from Lease, a small function, and
+// not from deep inside the lease path, keeps it cheap.
 // TestLeakReportNamesTheLeasingFunction checks it.
-const leakSiteSkip = 5
+const leakSiteSkip = 3
 
 // recordSite notes when and where the lease of e was taken.
 func recordSite[T any](e *entry[T]) {

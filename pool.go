@@ -325,14 +325,22 @@ func (p *Pool[T]) now() int64 {
 // error, wrapped. The caller must end the lease: defer l.Release().
 // Lease panics when ctx is nil.
 func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
-	return p.lease(ctx, true)
+	l, err := p.lease(ctx, true)
+	if p.sites && err == nil {
+		recordSite(l.e) // here, so that the stack walk starts right at the caller
+	}
+	return l, err
 }
 
 // TryLease is Lease without the wait: when MaxSize items are in use, or
 // other leases already wait for one, it returns ErrExhausted at once. It
 // may still create and prepare an item, within ctx.
 func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
-	return p.lease(ctx, false)
+	l, err := p.lease(ctx, false)
+	if p.sites && err == nil {
+		recordSite(l.e)
+	}
+	return l, err
 }
 
 func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
@@ -424,9 +432,6 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 	procUnpin()
 	if p.m != nil && w != nil {
 		p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
-	}
-	if p.sites {
-		recordSite(e)
 	}
 	return Lease[T]{e: e, gen: e.gen.Load()}, nil
 }
