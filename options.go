@@ -111,8 +111,9 @@ type Options[T any] struct {
 	// the Lease call, up to 32 frames) it was taken, so that a LeakReport
 	// can say. Off, leak detection costs nothing per lease. On, every lease
 	// takes the slow path and calls runtime.Callers: a lease and release
-	// cost about ten times as much (0.36 µs from a shallow stack, 1.0 µs
-	// from 40 frames deep, against 35 ns; BenchmarkLeaseReleaseObserved),
+	// cost about ten to thirty times as much (about 0.4–0.6 µs from a
+	// shallow stack and 1.3 µs from 40 frames deep, against 45–55 ns, on
+	// the 2-core machine of bench/RESULTS.md; BenchmarkLeaseReleaseObserved),
 	// and each item about 300 bytes more; still no allocation per lease. For
 	// tests, debugging, or a service hunting a leak.
 	TrackLeaseSites bool
