@@ -320,10 +320,11 @@
 // destruction for stopping it. With Options.TrackLeaseSites, each lease also
 // records when and where it was taken (the stack of the Lease call, up to 32
 // frames), for LeakReport.Age and LeakReport.Stack. That puts every lease on
-// the slow path and calls [runtime.Callers]: on the reference machine a
-// lease and release costs about ten times as much (0.35 µs from a shallow
-// stack, 1.0 µs from 40 frames deep, against 35 ns) and each item about 300
-// bytes more, still with no allocation per lease. Turn it on in tests, while
+// the slow path and calls [runtime.Callers]: on the 2-core machine of
+// bench/RESULTS.md a lease and release costs about ten to thirty times as
+// much (about 0.4–0.6 µs from a shallow stack, 1.3 µs from 40 frames deep,
+// against 45–55 ns) and each item about 300 bytes more, still with no
+// allocation per lease. Turn it on in tests, while
 // debugging, or in a service while hunting a leak.
 //
 // # Upkeep
