@@ -361,11 +361,10 @@
 // paths.
 //
 // With the upkeep on, MinSize is a floor kept over time: the sweeps (lazy or
-// the upkeep's) leave an item that has only idled past IdleTimeout while
-// MinSize or fewer items exist, since the upkeep would create it again at
-// once. MaxLifetime applies to every item, and the upkeep replaces what it
-// destroys. A lease that meets an idle-expired item still destroys it, which
-// can leave fewer than MinSize items until the next round.
+// the upkeep's), and a lease that meets such an item, leave an item that
+// has only idled past IdleTimeout while MinSize or fewer items exist, since
+// the upkeep would create it again at once. MaxLifetime applies to every
+// item, and the upkeep replaces what it destroys.
 //
 // Options.MaxLifetimeJitter spreads lifetimes: each item lives MaxLifetime
 // plus a random duration in [0, MaxLifetimeJitter), drawn at its creation,
