@@ -520,3 +520,17 @@ func TestUpkeepLogsADestroyPanic(t *testing.T) {
 	assert.Zero(t, s.ItemsAllocated)
 	assert.Contains(t, log.String(), "uk: Destroy panic")
 }
+
+// TestUpkeepLeaseKeepsMinSizeThroughIdleExpiry: with the upkeep on, a lease
+// that meets an item that has only idled past IdleTimeout keeps it while
+// MinSize or fewer items exist, as the upkeep's own sweep does.
+func TestUpkeepLeaseKeepsMinSizeThroughIdleExpiry(t *testing.T) {
+	p, tr, clk := ukUpkept(t, Options[*conn]{MinSize: 2, MaxSize: 4, IdleTimeout: time.Minute})
+	clk.advance(lcMin(2))
+	l := mustLease(t, p)
+	l.Release()
+	s := p.Stats()
+	assert.Zero(t, s.IdleExpired, "no item destroyed for idling at MinSize")
+	assert.EqualValues(t, 2, tr.created.Load(), "the lease used a seeded item")
+	assert.Equal(t, 2, s.ItemsAllocated)
+}
