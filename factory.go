@@ -13,15 +13,15 @@ import (
 // never costs a second dial. The context is canceled by Close and bounded
 // by Options.CreateTimeout. New's creations are different: they run under
 // New's own ctx (and CreateTimeout), and the first failure cancels the
-// others. A Create that ignores its context holds
-// its permit until it returns, so bound your dials.
+// others. A Create that ignores its context counts against MaxSize until
+// it returns, so bound your dials.
 //
 // A panic in Create reaches the Lease that waits for it (the pool stays
 // consistent); in a creation whose caller gave up it counts as a failed
 // creation. A Create that calls runtime.Goexit (t.FailNow in a test) ends
 // the caller's goroutine when it runs there (for a ctx that cannot end), as
 // Goexit does; when it runs on a goroutine of its own (for a ctx that can),
-// the waiting Lease panics with a message saying so. The permit comes back
+// the waiting Lease panics with a message saying so. The room for the item comes back
 // either way.
 //
 // Create may be called from several goroutines at once.

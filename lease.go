@@ -76,18 +76,18 @@ func (l Lease[T]) Value() T {
 // Release gives the item back for reuse. Options.Reset runs first (an error
 // or panic destroys the item instead); an item past MaxLifetime, or
 // released to a closed pool, is destroyed. Otherwise the item goes straight
-// to the oldest waiting lease, or becomes idle. Release never waits for a
-// permit and is safe to call more than once: calls after the first, on any
-// copy, and on a zero Lease do nothing.
+// to the oldest waiting lease, or becomes idle. Release never waits and is
+// safe to call more than once: calls after the first, on any copy, and on a
+// zero Lease do nothing.
 func (l Lease[T]) Release() {
 	if l.end() {
 		l.e.pool.release(l.e)
 	}
 }
 
-// Discard destroys the item, for a caller that knows it is broken, and frees
-// its permit: a waiting lease gets the right to create a fresh item. Like
-// Release it does nothing on an ended lease.
+// Discard destroys the item, for a caller that knows it is broken, and makes
+// room for another: a waiting lease gets the right to create a fresh item.
+// Like Release it does nothing on an ended lease.
 func (l Lease[T]) Discard() {
 	if l.end() {
 		l.e.pool.dispose(l.e, reasonDiscard)
@@ -95,7 +95,7 @@ func (l Lease[T]) Discard() {
 }
 
 // Detach ends the lease and takes the item out of the pool for good: the
-// pool frees its permit and will never touch or destroy the item; disposing
+// pool no longer counts it against MaxSize and will never touch or destroy the item; disposing
 // of it is now the caller's job. It panics on an ended or zero lease, since
 // it has no item to return.
 func (l Lease[T]) Detach() T {

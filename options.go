@@ -20,7 +20,7 @@ import (
 const DefaultMaxSize = 100
 
 // Options configures a Pool. The zero value is valid: a pool of at most
-// DefaultMaxSize items, created on demand, that waits for a permit until the
+// DefaultMaxSize items, created on demand, that waits for an item until the
 // caller's ctx ends and never expires an item.
 //
 // Options decodes from JSON (see UnmarshalJSON), so a pool can be configured
@@ -42,7 +42,7 @@ type Options[T any] struct {
 	// created or being destroyed. Default DefaultMaxSize.
 	MaxSize int
 
-	// LeaseTimeout bounds the wait for a permit when all MaxSize are held;
+	// LeaseTimeout bounds the wait for an item when all MaxSize are in use;
 	// it elapses as ErrLeaseTimeout. 0: wait until the caller's ctx ends.
 	LeaseTimeout time.Duration
 
