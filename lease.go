@@ -95,9 +95,9 @@ func (l Lease[T]) Discard() {
 }
 
 // Detach ends the lease and takes the item out of the pool for good: the
-// pool no longer counts it against MaxSize and will never touch or destroy the item; disposing
-// of it is now the caller's job. It panics on an ended or zero lease, since
-// it has no item to return.
+// pool no longer counts it against MaxSize and will never touch or destroy
+// it; disposing of it is now the caller's job. It panics on an ended or
+// zero lease, since it has no item to return.
 func (l Lease[T]) Detach() T {
 	if !l.end() {
 		panic("pool: Lease.Detach called after the lease ended (Release, Discard or Detach), or on a zero Lease")
