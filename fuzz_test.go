@@ -372,17 +372,20 @@ type fzModel struct {
 	judge, stamp, plain                      bool
 	upkeep                                   bool // UpkeepInterval is set: the floor applies to idle expiry
 
-	plan    fzPlan
-	now     int64
-	nextID  int
-	items   map[int]*fzItem // every item in existence
-	slot    int             // the item parked in the (one) processor's slot; 0: none
-	queue   []int           // the idle queue, oldest first; leases take the newest
-	held    int             // permits held: leased items, the parked one, work in progress
-	closed  bool
-	waiters []*fzWaiter // queued, oldest first
-	granted []*fzWaiter // granted during the current step, in the order of their grants
-	st      Stats       // the counters
+	plan   fzPlan
+	now    int64
+	nextID int
+	items  map[int]*fzItem // every item in existence
+	slot   int             // the item parked in the (one) processor's slot; 0: none
+	queue  []int           // the idle queue, oldest first; leases take the newest
+	held   int             // permits held: leased items, the parked one, work in progress
+	closed bool
+	// bypassOn: the slots' bypass flag stayed on after its need passed
+	// (see bypass).
+	bypassOn bool
+	waiters  []*fzWaiter // queued, oldest first
+	granted  []*fzWaiter // granted during the current step, in the order of their grants
+	st       Stats       // the counters
 	// What the metrics must show, when on: items destroyed by reason,
 	// failed leases by error.type, factory and Preparer calls, and leases
 	// that queued and succeeded (the wait_time histogram's count).
@@ -458,7 +461,13 @@ func (m *fzModel) next(q *[]fzFault) fzFault {
 
 // bypass says whether the slots are bypassed: the pool is closed, leases
 // queue, or a shrink has not finished.
-func (m *fzModel) bypass() bool { return m.closed || len(m.waiters) > 0 || m.shrinking() }
+func (m *fzModel) bypass() bool { return m.bypassOn || m.bypassNeeded() }
+
+// bypassNeeded says whether the slots must be bypassed now. The flag comes
+// on with the need, and goes off only when an item goes idle, or its room
+// comes free, with nothing needing it (see gate.setBypass): bypassOn keeps
+// it on in between.
+func (m *fzModel) bypassNeeded() bool { return m.closed || len(m.waiters) > 0 || m.shrinking() }
 
 // shrinking says whether SetMaxSize left more items in existence (held +
 // idle, the parked one among the held) than MaxSize: then a bare permit
@@ -556,6 +565,7 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 	case m.leaseTimeout: // nobody will release within it
 		m.st.Waits++
 		m.st.Timeouts++
+		m.bypassOn = true // it queued for that microsecond: see bypass
 		return fzOutcome{kind: fzTimeout}
 	}
 	return fzOutcome{kind: fzQueued}
@@ -708,6 +718,7 @@ func (m *fzModel) passOn(id int) {
 		m.queue = append(m.queue, id)
 	}
 	m.held--
+	m.bypassOn = m.bypassNeeded()
 }
 
 // grant gives the oldest waiter item id, or a bare permit (0). Its lease
@@ -914,6 +925,9 @@ func (m *fzModel) setMaxSize(n int) fzOutcome {
 		m.grant(0)
 	}
 	over := m.held + len(m.queue) - m.maxSize
+	if over > 0 {
+		m.bypassOn = true
+	}
 	var excess []int
 	if over > 0 && m.slot != 0 { // bypass comes on: the parked item is stolen, with its permit
 		excess = append(excess, m.slot)
@@ -1184,6 +1198,7 @@ func (r *fzRun) queue() {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), fzTurnKey{}, w))
 	w.cancel = cancel
 	r.m.waiters = append(r.m.waiters, w)
+	r.m.bypassOn = true
 	go func() {
 		var got fzGot
 		got.recovered = lcRecover(func() { got.l, got.err = r.p.Lease(ctx) })

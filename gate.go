@@ -191,19 +191,41 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	return nil, false
 }
 
-// setBypass makes the slots' bypass flag say whether leases queue, the
-// gate is closed or a shrink has not finished, and reports whether it came
-// on: then the caller must steal every parked entry (see ring.go, bypass).
-// Called under g.mu after every change to closed, to the waiters' count or,
-// while shrinking, to the permits held.
+// setBypass turns the slots' bypass flag on when leases queue, the gate is
+// closed or a shrink has not finished, and reports whether it came on: then
+// the caller must steal every parked entry (see ring.go, bypass). Called
+// under g.mu after every change to closed, to the waiters' count or, while
+// shrinking, to the permits held.
+//
+// It never turns bypass off: bypassOff does, once an item goes idle, or
+// its room comes free, with nobody waiting. Turned off as soon as the last
+// waiter was granted, it let the next releases park their items where
+// leases on the fast path took them, past the leases still on their way
+// into the queue (blocked on g.mu): under overload (64 goroutines over 8
+// items, 2 processors) one lease in a thousand waited 17–27 ms, against
+// 1–5 ms with the slots off. Bypass on longer than needed costs speed only.
 func (g *gate[T]) setBypass() (cameOn bool) {
 	g.shrinking = g.held+g.idle.len() > g.size
-	on := g.closed || g.waiters.n > 0 || g.shrinking
-	if g.slots.bypass.Load() == on {
+	if !g.bypassNeeded() || g.slots.bypass.Load() {
 		return false // the common case: no write to the slots' header
 	}
-	g.slots.bypass.Store(on)
-	return on
+	g.slots.bypass.Store(true)
+	return true
+}
+
+// bypassNeeded reports whether the slots must be bypassed now. Caller holds
+// g.mu.
+func (g *gate[T]) bypassNeeded() bool {
+	return g.closed || g.waiters.n > 0 || g.shrinking
+}
+
+// bypassOff turns the slots' bypass flag off when nothing needs it: called
+// when an item went idle, or its room came free, with nobody waiting, so
+// the demand that queued leases has passed. Caller holds g.mu.
+func (g *gate[T]) bypassOff() {
+	if g.slots.bypass.Load() && !g.bypassNeeded() {
+		g.slots.bypass.Store(false)
+	}
 }
 
 // await waits, for w that acquire queued, until a permit is granted, ctx
@@ -366,8 +388,9 @@ func (g *gate[T]) passOnLocked(e *entry[T]) {
 	}
 	g.held--
 	if g.shrinking {
-		g.setBypass() // off once the items fit
+		g.setBypass() // updates shrinking: false once the items fit
 	}
+	g.bypassOff()
 	if g.held == 0 && g.drained != nil {
 		close(g.drained)
 		g.drained = nil

@@ -45,7 +45,11 @@ import (
 // While a lease waits in the gate's queue, or the gate is closed, items
 // must not sit in slots: a waiter would wait while an item idles, and a
 // closed pool must destroy every item. The gate keeps bypass set in those
-// states (changing it under gate.mu), and:
+// states, and for a while after a wait ends: until an item goes idle, or
+// its room comes free, with nobody waiting (see gate.setBypass: under
+// overload, turning it off with the last waiter let fast-path leases pass
+// the ones still on their way into the queue). It changes bypass under
+// gate.mu, and:
 //   - take and park do nothing while bypass is set;
 //   - the gate, after setting bypass, steals every parked entry: hands it to
 //     the oldest waiter, or destroys it on Close;

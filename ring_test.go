@@ -108,7 +108,9 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		assert.Same(t, e, rgGranted(t, w), "queueing stole the parked item for the waiter")
 		assert.Equal(t, 1, g.held)
 		assert.Zero(t, g.waiters.n)
-		assert.False(t, g.slots.bypass.Load(), "bypass goes off with the last waiter")
+		assert.True(t, g.slots.bypass.Load(), "bypass stays on past the last waiter ...")
+		g.passOn(nil)
+		assert.False(t, g.slots.bypass.Load(), "... until room comes free with nobody waiting (see setBypass)")
 	})
 
 	t.Run("parked after bypass came on", func(t *testing.T) {
