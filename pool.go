@@ -46,6 +46,9 @@ type Pool[T any] struct {
 	// lease allocates nothing.
 	errExhausted atomic.Pointer[error]
 	errClosed    error
+	// resizing serializes SetMaxSize calls, so that errExhausted names the
+	// size the last of them set.
+	resizing sync.Mutex
 
 	// sweepEvery is how often the idle items are swept for expiry (0: never:
 	// neither IdleTimeout nor MaxLifetime is set); sweepAt, the pool clock
@@ -1081,11 +1084,15 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 	if n < 1 || n < p.opts.MinSize {
 		return fmt.Errorf("%w: pool %q: SetMaxSize(%d): MaxSize must be at least 1 and at least MinSize (%d)", ErrInvalidOptions, p.opts.Name, n, p.opts.MinSize)
 	}
+	p.resizing.Lock()
 	excess, err := p.g.resize(n)
+	if err == nil {
+		p.setErrExhausted(n)
+	}
+	p.resizing.Unlock()
 	if err != nil {
 		return p.errClosed
 	}
-	p.setErrExhausted(n)
 	if err := p.destroyAll(excess, reasonResize); err != nil {
 		p.warn("SetMaxSize: destroy idle items beyond MaxSize", err)
 	}
