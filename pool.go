@@ -405,9 +405,8 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 			// shrank meanwhile: nobody else may have it.
 			p.dispose(e, p.refusedWhy())
 		}
-		s := p.g.slots.mine()
-		s.waits.Add(1)
-		s.waitTime.Add(int64(waited))
+		p.g.slots.countWait(procPin(), int64(waited)) // pinned: see countWait
+		procUnpin()
 		switch {
 		case err == nil:
 		case expired:

@@ -82,7 +82,7 @@ type slot[T any] struct {
 	// it and how.
 	leases atomic.Uint64
 	// waits and waitTime count the leases that queued on this processor
-	// and the time they spent queued.
+	// and the time they spent queued; written as leases is (countWait).
 	waits    atomic.Uint64
 	waitTime atomic.Int64
 	_        [cacheLine - 32]byte
@@ -95,10 +95,13 @@ type slots[T any] struct {
 	s      []slot[T] // immutable after init; len(s) is a power of two
 	mask   int       // len(s) - 1
 	bypass atomic.Bool
-	// overflowLeases counts the leases completed on processors past the
-	// row's end (GOMAXPROCS grew after init): see countLease.
-	overflowLeases atomic.Uint64
-	_              [cacheLine - 48]byte
+	// overflowLeases, overflowWaits and overflowWaitTime count for the
+	// processors past the row's end (GOMAXPROCS grew after init): see
+	// countLease.
+	overflowLeases   atomic.Uint64
+	overflowWaits    atomic.Uint64
+	overflowWaitTime atomic.Int64
+	_                [cacheLine - 64]byte
 }
 
 // init makes a slot for every processor that can run at once now. If
@@ -137,6 +140,26 @@ func (r *slots[T]) countLease(pid int) {
 		s.leases.Store(s.leases.Load() + 1)
 	default:
 		r.overflowLeases.Add(1)
+	}
+}
+
+// countWait counts a lease that waited for waited, on processor pid, which
+// the caller has pinned, as countLease counts a lease: with plain loads and
+// stores on the processor's own slot, where a locked add would take two
+// more locked instructions on every wait.
+func (r *slots[T]) countWait(pid int, waited int64) {
+	switch {
+	case !pinsProcessor:
+		s := &r.s[pid&r.mask]
+		s.waits.Add(1)
+		s.waitTime.Add(waited)
+	case pid <= r.mask:
+		s := &r.s[pid]
+		s.waits.Store(s.waits.Load() + 1)
+		s.waitTime.Store(s.waitTime.Load() + waited)
+	default:
+		r.overflowWaits.Add(1)
+		r.overflowWaitTime.Add(waited)
 	}
 }
 
@@ -194,6 +217,8 @@ func (r *slots[T]) scan() (sums slotSums) {
 		sums.waitTime += s.waitTime.Load()
 	}
 	sums.leases += r.overflowLeases.Load()
+	sums.waits += r.overflowWaits.Load()
+	sums.waitTime += r.overflowWaitTime.Load()
 	return sums
 }
 

@@ -277,11 +277,16 @@ func TestRingFastPathReadsNoClock(t *testing.T) {
 
 // TestRingLeaseCountExactWhenProcessorsOutnumberSlots raises GOMAXPROCS
 // past the slots made at New, so that processors share slots, and checks
-// that Stats.Leases still counts every lease exactly: a slot's own
-// processor counts without a locked instruction (see countLease), so a
-// second writer there would lose counts.
+// that Stats.Leases and Stats.Waits still count every lease and every wait
+// exactly: a slot's own processor counts without a locked instruction (see
+// countLease and countWait), so a second writer there would lose counts.
+// The waits are counted independently through testHooks.beforeWait, which
+// await calls once per wait; MaxSize 4 under 32 goroutines makes many.
 func TestRingLeaseCountExactWhenProcessorsOutnumberSlots(t *testing.T) {
-	p, _ := newTracked(t, Options[*conn]{MaxSize: 16})
+	var waits atomic.Uint64
+	testHooks.beforeWait = func() { waits.Add(1) }
+	defer func() { testHooks.beforeWait = nil }()
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 4})
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(len(p.g.slots.s) * 4))
 	var ok atomic.Uint64
 	var wg sync.WaitGroup
@@ -294,10 +299,15 @@ func TestRingLeaseCountExactWhenProcessorsOutnumberSlots(t *testing.T) {
 					return
 				}
 				ok.Add(1)
+				runtime.Gosched() // hold the item a moment, so that leases wait
 				l.Release()
 			}
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, ok.Load(), p.Stats().Leases)
+	s := p.Stats()
+	assert.Equal(t, ok.Load(), s.Leases)
+	assert.Equal(t, waits.Load(), s.Waits)
+	assert.NotZero(t, s.Waits, "no lease waited: the test checks nothing about Waits")
+	assert.Positive(t, s.WaitTime)
 }
