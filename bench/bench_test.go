@@ -185,6 +185,11 @@ func parMSL(b *testing.B, n int) {
 		}
 	})
 	b.StopTimer()
+	// How often a lease waited for a release, read from the pool after
+	// the run: in Contended that, far more than the cost of a lease that
+	// finds an item, sets the figure (see floor_test.go).
+	s := p.Stats()
+	b.ReportMetric(float64(s.Waits)/float64(s.Leases), "waits/lease")
 	closeMSL(b, p, c, n)
 }
 

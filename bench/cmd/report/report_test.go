@@ -212,7 +212,16 @@ func TestTargets(t *testing.T) {
 		assert.Equal(t, tc.want, v, "%s", tc.target)
 	}
 
-	_, v := checkAllocs(d, "Sequential")
+	// Contended -cpu 2, msl: runs of 300 and 340 ns, 340/300 = 1.13.
+	med, lo, hi, v := checkSpread(d, spreadTarget{workload: "Contended", procs: 2, limit: 1.5})
+	assert.Equal(t, verdict{have: true, met: true}, v)
+	assert.InDeltaSlice(t, []float64{320, 300, 340}, []float64{med, lo, hi}, 1e-6)
+	_, _, _, v = checkSpread(d, spreadTarget{workload: "Contended", procs: 2, limit: 1.1})
+	assert.Equal(t, verdict{have: true, met: false}, v)
+	_, _, _, v = checkSpread(d, spreadTarget{workload: "Contended", procs: 1, limit: 1.5})
+	assert.Equal(t, verdict{}, v, "no runs")
+
+	_, v = checkAllocs(d, "Sequential")
 	assert.Equal(t, verdict{have: true, met: true}, v)
 	_, v = checkAllocs(d, "Contended") // median 0.5 at -cpu 2, no -cpu 1 runs
 	assert.Equal(t, verdict{}, v)
@@ -251,7 +260,11 @@ func TestWriteResults(t *testing.T) {
 		"| Parallel, -cpu 2: ours ≤ 4 × syncpool | 25.0 | 6.00 | 4.1667 | ≤ 4.00 | FAIL |",
 		"| Contended, -cpu 2: ours ≤ 0.4 × puddle | 320 | 620 | 0.5161 | ≤ 0.40 | FAIL |",
 		"| Contended: ours 0 allocs/op | – (-cpu 1), 0.5 (-cpu 2) | –, 1 | NO DATA |",
-		"**3 of 7 targets met.**",
+		"| Sequential, -cpu 1: ours ≤ 1.5 × syncpool | 32.0 | 11.0 | 2.9091 | ≤ 1.50 | FAIL |",
+		"| Contended, -cpu 1: ours ≤ 0.8 × channel | – | – | – | ≤ 0.80 | NO DATA |",
+		// Contended -cpu 2, msl: runs of 300 and 340 ns.
+		"| Contended, -cpu 2: ours, slowest run ≤ 1.5 × fastest | 320 | 300 | 340 | 1.13 | ≤ 1.50 | PASS |",
+		"**4 of 13 targets met.**",
 		"```\n" + bs + "```\n",
 	} {
 		assert.Contains(t, out, want)

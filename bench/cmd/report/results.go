@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -38,6 +39,41 @@ var speedTargets = []speedTarget{
 	{workload: "Parallel", procs: 2, other: "puddle", factor: 0.15},
 	{workload: "Parallel", procs: 2, other: "syncpool", factor: 4},
 	{workload: "Contended", procs: 2, other: "puddle", factor: 0.4},
+	// The second round's (issue 14): one processor, against the simplest
+	// bounded pool, the floor and the channel.
+	{workload: "Sequential", procs: 1, other: "semaphore", factor: 0.85},
+	{workload: "Parallel", procs: 1, other: "semaphore", factor: 0.85},
+	{workload: "Sequential", procs: 1, other: "syncpool", factor: 1.5},
+	{workload: "Parallel", procs: 1, other: "syncpool", factor: 1.5},
+	{workload: "Contended", procs: 1, other: "channel", factor: 0.8},
+}
+
+// spreadTarget is a goal of the form: in workload at procs, our slowest run
+// takes at most limit × our fastest: the figure does not swing from run to
+// run.
+type spreadTarget struct {
+	workload string
+	procs    int
+	limit    float64
+}
+
+var spreadTargets = []spreadTarget{
+	{workload: "Contended", procs: 2, limit: 1.5},
+}
+
+func (t spreadTarget) String() string {
+	return fmt.Sprintf("%s, -cpu %d: ours, slowest run ≤ %g × fastest", t.workload, t.procs, t.limit)
+}
+
+// checkSpread evaluates t against our runs in d: their median, fastest and
+// slowest ns/op. It needs two runs at least.
+func checkSpread(d *data, t spreadTarget) (med, lo, hi float64, v verdict) {
+	s := d.runs[key{t.workload, ours, t.procs}]
+	if s == nil || len(s.ns) < 2 {
+		return 0, 0, 0, verdict{}
+	}
+	lo, hi = slices.Min(s.ns), slices.Max(s.ns)
+	return median(s.ns), lo, hi, verdict{have: true, met: hi <= t.limit*lo}
 }
 
 func (t speedTarget) String() string {
@@ -182,6 +218,20 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 			continue
 		}
 		p("| %s | %s | %s | %.4f | ≤ %.2f | %s |\n", label, fmtNs(o.ns), fmtNs(th.ns), r.oursOverTheirs, t.factor, v)
+	}
+	p("\n| target | ours ns/op, median | fastest run | slowest run | slowest/fastest | limit | result |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	for _, t := range spreadTargets {
+		med, lo, hi, v := checkSpread(d, t)
+		counted++
+		if v.met {
+			met++
+		}
+		if !v.have {
+			p("| %s | – | – | – | – | ≤ %.2f | %s |\n", t, t.limit, v)
+			continue
+		}
+		p("| %s | %s | %s | %s | %.2f | ≤ %.2f | %s |\n", t, fmtNs(med), fmtNs(lo), fmtNs(hi), hi/lo, t.limit, v)
 	}
 	p("\n| target | ours allocs/op, median per -cpu | max over runs | result |\n")
 	p("| --- | --- | --- | --- |\n")
