@@ -205,7 +205,7 @@ func TestWaiterTimerReuse(t *testing.T) {
 		g.slots.init()
 		w := &waiter[int]{ready: make(chan struct{}, 1)}
 		grant := func() {
-			g.mu.Lock()
+			g.lock()
 			g.grantOldest(nil, nil)
 			g.unlock()
 		}
@@ -738,4 +738,52 @@ func TestErrorsSpeakTheUsersWords(t *testing.T) {
 	assert.ErrorIs(t, closed, ErrClosed)
 	assert.Contains(t, timeout.Error(), "MaxSize 1")
 	assert.Contains(t, exhausted.Error(), "MaxSize 1")
+}
+
+// blockingErrCtx is a Context whose Err, from its second call on, waits for
+// a mutex: a Context's Err may take a lock (cancelCtx's does), and the
+// gate calls it while holding its own.
+type blockingErrCtx struct {
+	context.Context
+	calls atomic.Int32
+	mu    *sync.Mutex
+}
+
+func (c *blockingErrCtx) Err() error {
+	if c.calls.Add(1) > 1 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	return c.Context.Err()
+}
+
+// TestLeaseWithAContextWhoseErrBlocks: the gate's critical sections run
+// unpreemptible (see gate.go), and a goroutine in that state must not park,
+// or the runtime throws. acquire calls the ctx's Err there, as the lease
+// queues, so it must call it preemptible: here that Err parks for 20 ms
+// while the gate's mutex is held, and the lease still waits and gets the
+// item.
+func TestLeaseWithAContextWhoseErrBlocks(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1})
+	first, err := p.Lease(context.Background())
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	mu.Lock()
+	ctx := &blockingErrCtx{Context: context.Background(), mu: &mu}
+	got := make(chan error, 1)
+	go func() {
+		l, err := p.Lease(ctx)
+		if err == nil {
+			l.Release()
+		}
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the lease's Err call waits on mu, the gate's mutex held
+	mu.Unlock()
+	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 }, 5*time.Second, time.Millisecond,
+		"the lease queued after its ctx's Err returned")
+	first.Release()
+	require.NoError(t, <-got)
+	assert.GreaterOrEqual(t, ctx.calls.Load(), int32(2), "Err was called as the lease queued")
 }

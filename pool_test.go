@@ -171,7 +171,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 	// grant grants the oldest waiter as a release or Close does: under the
 	// lock, waking it as the lock is released.
 	grant := func(g *gate[int], e *entry[int], err error) bool {
-		g.mu.Lock()
+		g.lock()
 		defer g.unlock()
 		return g.grantOldest(e, err)
 	}
@@ -243,7 +243,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		w1, w2 := newWaiter(), newWaiter()
 		g.waiters.pushBack(w1)
 		g.waiters.pushBack(w2)
-		g.mu.Lock()
+		g.lock()
 		require.True(t, g.grantOldest(item, nil)) // granted, not yet woken
 		left := make(chan *entry[int])
 		go func() {

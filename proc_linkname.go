@@ -20,6 +20,15 @@ func procPin() int
 //go:linkname procUnpin runtime.procUnpin
 func procUnpin()
 
+// preemptOff makes the calling goroutine unpreemptible until preemptOn:
+// the gate holds its mutex so (see gate.go). Nothing between the two may
+// block, allocate a lot or panic: the runtime throws if a goroutine that
+// holds it parks or panics.
+func preemptOff() { procPin() }
+
+// preemptOn ends preemptOff.
+func preemptOn() { procUnpin() }
+
 // pinsProcessor says that procPin keeps the goroutine on its processor:
 // nothing else runs there until procUnpin.
 const pinsProcessor = true

@@ -26,6 +26,12 @@ func procPin() int {
 
 func procUnpin() {}
 
+// preemptOff and preemptOn do nothing in this build: the goroutine stays
+// preemptible inside the gate's critical sections, which costs only the
+// tail of the waits under overload (see gate.go).
+func preemptOff() {}
+func preemptOn()  {}
+
 // pinsProcessor says that procPin keeps the goroutine on its processor: in
 // this build it does not.
 const pinsProcessor = false

@@ -98,7 +98,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		g, e := rgGate()
 		w := newWaiter()
 		s := g.slots.mine()
-		g.mu.Lock()
+		g.lock()
 		_, ok := g.acquireLocked() // the lease looks: no permit, nothing idle
 		require.False(t, ok)
 		require.True(t, s.e.CompareAndSwap(nil, e)) // the release parks ...
@@ -116,7 +116,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 	t.Run("parked after bypass came on", func(t *testing.T) {
 		g, e := rgGate()
 		w := newWaiter()
-		g.mu.Lock()
+		g.lock()
 		g.enqueueLocked(w) // the lease queues; bypass comes on
 		g.unlock()
 		require.True(t, g.slots.bypass.Load())
@@ -131,7 +131,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 
 	t.Run("a release with bypass on does not park", func(t *testing.T) {
 		g, e := rgGate()
-		g.mu.Lock()
+		g.lock()
 		g.enqueueLocked(newWaiter())
 		g.unlock()
 		assert.False(t, g.slots.park(e))
