@@ -36,12 +36,12 @@ import (
 // processor (preemptOff, through lock and unlock), as the runtime's own
 // channel locks do. Under overload (64 goroutines over 8 items on two
 // processors) a goroutine preempted there sent the others to park on the
-// mutex, or kept a granted waiter asleep; the runtime then readied them
+// mutex, or kept a granted waiter asleep, and the runtime readied them
 // into a run queue behind a chain of hand-offs that can run for a whole
-// 10 ms time slice. One lease in a thousand waited 1–39 ms, where a
-// channel's waited under 1.2 ms; with the critical sections unpreemptible,
-// 0.7–1.2 ms, as the channel (bench/, Overload). Nothing done there may
-// block: acquire calls the ctx's Err and sync.Pool preemptible.
+// 10 ms time slice. Over 32 interleaved runs (bench/, Overload), the
+// median p99.9 wait fell from 10.7 ms to 1.8 ms (a channel's: 1.0 ms);
+// some runs still see 4–24 ms (see docs/DESIGN.md). Nothing done there
+// may block: acquire calls the ctx's Err and sync.Pool preemptible.
 type gate[T any] struct {
 	slots slots[T] // the idle ring's per-processor slots: see ring.go
 
