@@ -188,10 +188,10 @@ func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], ok bo
 		return nil, false, nil, err // already given up: don't queue
 	}
 	w, _ = g.spare.Get().(*waiter[T])
-	preemptOff()
 	if w == nil {
 		w = &waiter[T]{ready: make(chan struct{}, 1)}
 	}
+	preemptOff()
 	g.enqueueLocked(w)
 	g.unlock()
 	return nil, false, w, nil
