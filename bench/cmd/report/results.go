@@ -202,16 +202,19 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 	p("| target | ours ns/op | theirs ns/op | ours/theirs | limit | result |\n")
 	p("| --- | ---: | ---: | ---: | ---: | --- |\n")
 	met, counted := 0, 0
+	tally := func(v verdict) { // a counted target's verdict
+		counted++
+		if v.met {
+			met++
+		}
+	}
 	for _, t := range speedTargets {
 		o, th, r, v := checkSpeed(d, t)
 		label := t.String()
 		if t.reported {
 			label += " (reported, not counted)"
 		} else {
-			counted++
-			if v.met {
-				met++
-			}
+			tally(v)
 		}
 		if !v.have {
 			p("| %s | – | – | – | ≤ %.2f | %s |\n", label, t.factor, v)
@@ -223,10 +226,7 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 	p("| --- | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, t := range spreadTargets {
 		med, lo, hi, v := checkSpread(d, t)
-		counted++
-		if v.met {
-			met++
-		}
+		tally(v)
 		if !v.have {
 			p("| %s | – | – | – | – | ≤ %.2f | %s |\n", t, t.limit, v)
 			continue
@@ -239,10 +239,7 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 	// tables.
 	for _, wl := range throughput {
 		cells, v := checkAllocs(d, wl)
-		counted++
-		if v.met {
-			met++
-		}
+		tally(v)
 		var meds, maxes []string
 		for i, c := range cells {
 			meds = append(meds, fmt.Sprintf("%s (-cpu %d)", fmtCount(c.allocs), d.procs[i]))
