@@ -771,19 +771,14 @@ func TestLeaseWithAContextWhoseErrBlocks(t *testing.T) {
 	var mu sync.Mutex
 	mu.Lock()
 	ctx := &blockingErrCtx{Context: context.Background(), mu: &mu}
-	got := make(chan error, 1)
-	go func() {
-		l, err := p.Lease(ctx)
-		if err == nil {
-			l.Release()
-		}
-		got <- err
-	}()
+	got := leaseAsync(ctx, p)
 	time.Sleep(20 * time.Millisecond) // the lease's Err call waits on mu, the gate's mutex held
 	mu.Unlock()
 	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 }, 5*time.Second, time.Millisecond,
 		"the lease queued after its ctx's Err returned")
 	first.Release()
-	require.NoError(t, <-got)
+	o := awaitLease(t, got)
+	require.NoError(t, o.err)
+	o.l.Release()
 	assert.GreaterOrEqual(t, ctx.calls.Load(), int32(2), "Err was called as the lease queued")
 }
