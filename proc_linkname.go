@@ -22,8 +22,7 @@ func procUnpin()
 
 // preemptOff makes the calling goroutine unpreemptible until preemptOn:
 // the gate holds its mutex so (see gate.go). Nothing between the two may
-// block, allocate a lot or panic: the runtime throws if a goroutine that
-// holds it parks or panics.
+// park or panic: the runtime throws if an unpreemptible goroutine does.
 func preemptOff() { procPin() }
 
 // preemptOn ends preemptOff.
