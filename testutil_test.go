@@ -283,3 +283,18 @@ func panicValue(v any) any {
 	}
 	return v
 }
+
+// catchPanic calls f and returns what it panicked with; panicked reports
+// whether it panicked at all. This is the one panic catcher of the tests:
+// wrap v in panicValue to see through a panic the pool raised again.
+func catchPanic(f func()) (v any, panicked bool) {
+	panicked = true
+	defer func() {
+		if panicked {
+			v = recover()
+		}
+	}()
+	f()
+	panicked = false
+	return nil, false
+}
