@@ -335,7 +335,7 @@ func TestGoexitInDestroyFinishesTheBatch(t *testing.T) {
 		tr := &tracker{}
 		p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 4, MaxSize: 4})
 		require.NoError(t, err)
-		p.opts.Destroy, p.destroy = edGoexitOnce(tr), edGoexitOnce(tr)
+		p.opts.Destroy = edGoexitOnce(tr)
 
 		edOnOwnGoroutine(t, func() { _ = p.Close() })
 		assert.Zero(t, tr.live.Load(), "every idle item was destroyed")
@@ -349,7 +349,7 @@ func TestGoexitInDestroyFinishesTheBatch(t *testing.T) {
 		p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 3, MaxSize: 3})
 		require.NoError(t, err)
 		defer p.Close()
-		p.destroy = edGoexitOnce(tr)
+		p.opts.Destroy = edGoexitOnce(tr)
 
 		edOnOwnGoroutine(t, p.Clear)
 		s := p.Stats()

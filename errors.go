@@ -71,3 +71,11 @@ func (p *panicError) Unwrap() error {
 	err, _ := p.value.(error)
 	return err
 }
+
+// asError returns v as an error: itself, or an error that prints it.
+func asError(v any) error {
+	if err, ok := v.(error); ok {
+		return err
+	}
+	return fmt.Errorf("%v", v)
+}

@@ -158,34 +158,54 @@ func (g *gate[T]) unlock() {
 	preemptOn()
 }
 
-// acquire takes a permit and the newest idle entry (nil when none is idle)
-// without waiting; final says that an idle entry completes the lease, which
-// acquire then counts in fastLeases. When no permit is free, or others
-// already wait (the queue is FIFO: a newcomer never overtakes it), and
-// queue is not nil, it queues the caller in the same critical section and
-// returns its waiter, for await; unless queue is already done, when err is
-// queue.Err(). err is ErrClosed on a closed gate. With queue nil, a lease
-// that cannot go on at once gets neither a permit nor a waiter.
-func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], ok bool, w *waiter[T], err error) {
+// admission is what acquire did with a lease.
+type admission uint8
+
+const (
+	admitted        admission = iota // a permit, with an idle entry
+	admitRoom                        // a permit and no idle entry: the room to create one
+	queued                           // no permit yet: the lease waits, in await
+	refused                          // no permit, and the caller would not wait
+	refusedClosed                    // the gate is closed
+	refusedCanceled                  // the caller's ctx had ended before it could queue
+)
+
+// acquire takes a permit and the newest idle entry (admitted), or a bare
+// permit when none is idle (admitRoom), without waiting; final says that
+// an idle entry completes the lease, which acquire then counts in
+// fastLeases. When no permit is free, or others already wait (the queue is
+// FIFO: a newcomer never overtakes it), it queues the caller in the same
+// critical section and returns its waiter, for await (queued); unless
+// queue is nil, when the lease is refused, or already done, when it is
+// refusedCanceled. A closed gate refuses every lease.
+func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], w *waiter[T], a admission) {
 	g.lock()
 	if g.closed {
 		g.unlock()
-		return nil, false, nil, ErrClosed
+		return nil, nil, refusedClosed
 	}
+	var ok bool
 	if e, ok = g.acquireLocked(); ok || queue == nil {
-		if final && e != nil {
-			g.fastLeases++
+		a = refused
+		if ok {
+			a = admitRoom
+			if e != nil {
+				a = admitted
+				if final {
+					g.fastLeases++
+				}
+			}
 		}
 		g.unlock()
-		return e, ok, nil, nil
+		return e, nil, a
 	}
 	// A Context's Err may take a lock, and so may sync.Pool's first Get
 	// after a collection: calls that may block, which an unpreemptible
 	// goroutine must not make. Still under g.mu, they run preemptible.
 	preemptOn()
-	if err = queue.Err(); err != nil {
+	if queue.Err() != nil {
 		g.mu.Unlock()
-		return nil, false, nil, err // already given up: don't queue
+		return nil, nil, refusedCanceled // already given up: don't queue
 	}
 	w, _ = g.spare.Get().(*waiter[T])
 	if w == nil {
@@ -194,7 +214,7 @@ func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], ok bo
 	preemptOff()
 	g.enqueueLocked(w)
 	g.unlock()
-	return nil, false, w, nil
+	return nil, w, queued
 }
 
 // acquireLocked takes a permit with an idle entry, when nobody queues: the
@@ -369,7 +389,9 @@ func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry
 	if w.err != nil {
 		return nil, ErrClosed, false // Close woke us at this instant: say so
 	}
-	if !g.passOn(w.e) {
+	if w.e == nil {
+		g.free()
+	} else if !g.giveBack(w.e) {
 		return w.e, err, expired
 	}
 	return nil, err, expired
@@ -381,39 +403,60 @@ func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry
 func (g *gate[T]) enqueueLocked(w *waiter[T]) {
 	g.waiters.pushBack(w)
 	if g.setBypass() {
-		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-			g.passOnLocked(e)
-		}
+		g.unparkLocked()
 	}
 }
 
-// passOn gives back a permit that the caller holds, with its idle-ready
-// item e or with none (nil): to the oldest waiter if any, else the item joins
-// the idle queue and the permit comes free. It reports false, doing
-// nothing, when e is not nil and the gate is closed, or holds more items
-// than its size after a shrink: the caller must destroy e and then call
-// passOn(nil).
-func (g *gate[T]) passOn(e *entry[T]) bool {
+// giveBack gives back an idle-ready item e and the permit the caller holds
+// for it: to the oldest waiter, if any, with the permit; else e joins the
+// idle queue and the permit comes free. It reports false, doing nothing,
+// when the gate is closed, or holds more items than its size after a
+// shrink: the caller must destroy e and then free its permit.
+func (g *gate[T]) giveBack(e *entry[T]) bool {
 	g.lock()
-	if e != nil && (g.closed || g.shrinking) {
+	if g.closed || g.shrinking {
 		g.unlock()
 		return false
 	}
-	g.passOnLocked(e)
+	g.giveBackLocked(e)
 	g.unlock()
 	return true
 }
 
-// passOnLocked is passOn on an open gate, or with a nil e. Caller holds g.mu.
-// While shrinking, a bare permit retires instead of going to a waiter: the
-// item it stood for was one too many.
-func (g *gate[T]) passOnLocked(e *entry[T]) {
-	if (e != nil || !g.shrinking) && g.grantOldest(e, nil) {
+// giveBackLocked is giveBack without the refusal: for an open gate, and
+// for the gate's own moves of a parked entry, which holds a permit, to a
+// waiter or into the idle queue (a steal, an unpark, a resize). Caller
+// holds g.mu.
+func (g *gate[T]) giveBackLocked(e *entry[T]) {
+	if g.grantOldest(e, nil) {
 		return
 	}
-	if e != nil {
-		g.idle.push(e)
+	g.idle.push(e)
+	g.dropPermitLocked()
+}
+
+// free frees a permit the caller holds with no item (the item was
+// destroyed or detached, or its creation failed): to the oldest waiter, if
+// any, as the right to create a fresh item; else it comes free.
+func (g *gate[T]) free() {
+	g.lock()
+	g.freeLocked()
+	g.unlock()
+}
+
+// freeLocked is free. Caller holds g.mu. While shrinking, the permit
+// retires instead of going to a waiter: the item it stood for was one too
+// many.
+func (g *gate[T]) freeLocked() {
+	if !g.shrinking && g.grantOldest(nil, nil) {
+		return
 	}
+	g.dropPermitLocked()
+}
+
+// dropPermitLocked counts one permit fewer held, after giveBackLocked or
+// freeLocked found no waiter to hand it to. Caller holds g.mu.
+func (g *gate[T]) dropPermitLocked() {
 	g.held--
 	if g.shrinking {
 		g.setBypass() // updates shrinking: false once the items fit
@@ -425,30 +468,28 @@ func (g *gate[T]) passOnLocked(e *entry[T]) {
 	}
 }
 
-// tryAcquireBelow takes a bare permit without waiting, for Clear's refill,
-// while fewer than minIdle entries are idle (queued or parked). The permit
-// is for creating an item, not for taking an idle one, so it must leave
-// room for the queued idle items too: held + idle stays within size.
-func (g *gate[T]) tryAcquireBelow(minIdle int) bool {
-	g.lock()
-	defer g.unlock()
-	parked := g.slots.scan().parked
-	if g.closed || g.held+g.idle.len() >= g.size || g.waiters.n > 0 || g.idle.len()+parked >= minIdle {
-		return false
-	}
-	g.held++
-	return true
-}
+// roomCount says which items tryAcquireRoom counts against its bound.
+type roomCount int
 
-// tryAcquireToFloor takes a bare permit without waiting, for the upkeep to
-// create an item, while fewer than floor items exist (held + idle), the
-// gate has room for one more, and no lease waits: waiting leases create
-// items of their own, and must not find their permits taken.
-func (g *gate[T]) tryAcquireToFloor(floor int) bool {
+const (
+	idleItems roomCount = iota // the idle items, queued or parked: Clear's refill
+	allItems                   // the items in existence, held + idle: the upkeep's floor
+)
+
+// tryAcquireRoom takes a bare permit without waiting, for the caller to
+// create an item, while fewer than n items of the kind count says exist,
+// the gate has room for one more, and no lease waits: waiting leases
+// create items of their own, and must not find their permits taken. The
+// permit is for creating an item, not for taking an idle one, so it must
+// leave room for the queued idle items too: held + idle stays within size.
+func (g *gate[T]) tryAcquireRoom(n int, count roomCount) bool {
 	g.lock()
 	defer g.unlock()
-	n := g.held + g.idle.len()
-	if g.closed || g.waiters.n > 0 || n >= g.size || n >= floor {
+	have := g.held + g.idle.len()
+	if count == idleItems {
+		have = g.idle.len() + g.slots.scan().parked
+	}
+	if g.closed || g.waiters.n > 0 || g.held+g.idle.len() >= g.size || have >= n {
 		return false
 	}
 	g.held++
@@ -459,14 +500,14 @@ func (g *gate[T]) tryAcquireToFloor(floor int) bool {
 // waiter), so that a sweep or the upkeep can see it. Caller holds g.mu.
 func (g *gate[T]) unparkLocked() {
 	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-		g.passOnLocked(e)
+		g.giveBackLocked(e)
 	}
 }
 
 // takeExpired removes from the idle ring the entries that expired says to
 // destroy, each with a permit, for the caller to destroy and then call
-// passOn(nil) for. An entry that expired only by idling (idleOnly) stays
-// while floor or fewer items exist. See "Sweeping" in upkeep.go.
+// free for. An entry that expired only by idling (idleOnly) stays
+// while floor or fewer items exist. See "Sweeping" in expiry.go.
 func (g *gate[T]) takeExpired(expired func(*entry[T]) (expired, idleOnly bool), floor int) (es []*entry[T]) {
 	g.lock()
 	defer g.unlock()
@@ -515,7 +556,7 @@ func (g *gate[T]) takeIdle() *entry[T] {
 	}
 	e := g.slots.steal()
 	if e != nil {
-		g.passOnLocked(nil)
+		g.freeLocked()
 	}
 	return e
 }
@@ -615,9 +656,9 @@ func (g *gate[T]) isClosed() bool {
 // FIFO order, the right to create an item as far as the new room goes.
 // Shrinking below the items in existence (held + idle) takes idle items out
 // to destroy, each with a permit, as many as the excess and idle items
-// allow; the caller destroys them and calls passOn(nil) for each. The rest
+// allow; the caller destroys them and frees their permits. The rest
 // of the excess is leased: shrinking stays set, so the slots are bypassed,
-// passOn refuses an item (its holder destroys it) and a bare permit retires
+// giveBack refuses an item (its holder destroys it) and a bare permit retires
 // instead of reaching a waiter, until held + idle fits. It returns ErrClosed
 // on a closed gate.
 func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
@@ -640,7 +681,7 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 				excess = append(excess, e)
 				over--
 			} else {
-				g.passOnLocked(e)
+				g.giveBackLocked(e)
 			}
 		}
 	}

@@ -90,7 +90,7 @@ func (l Lease[T]) Release() {
 // Like Release it does nothing on an ended lease.
 func (l Lease[T]) Discard() {
 	if l.end() {
-		l.e.pool.dispose(l.e, reasonDiscard)
+		l.e.pool.destroyAndFreeLogged(l.e, reasonDiscard)
 	}
 }
 
@@ -114,7 +114,7 @@ func (l Lease[T]) Detach() T {
 // which happens in three cases:
 //
 //  1. A leaked lease: report it.
-//  2. The item was destroyed or detached: destroyItem and detach stop the
+//  2. The item was destroyed or detached: destroy and detach stop the
 //     cleanup first, so it never runs.
 //  3. The pool itself was dropped without Close, and with it the idle ring
 //     and the idle entries in it: not a leak, report nothing.

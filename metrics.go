@@ -33,25 +33,6 @@ import (
 // scopeName is the instrumentation scope: the module path.
 const scopeName = "github.com/msl-armory/pool"
 
-// errType is the error.type of pool.lease.errors.
-type errType int
-
-const (
-	errTimeout errType = iota
-	errCanceled
-	errClosed
-	errExhausted
-	errCreate
-	errPrepare
-	numErrTypes
-)
-
-var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhausted", "create", "prepare"}
-
-const numReasons = int(reasonResize) + 1
-
-var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "discard", "clear", "close", "resize"}
-
 // durationBuckets are the advisory bucket boundaries, in seconds, of the
 // duration histograms: from 100 µs (a lease that queued behind a quick
 // release) to 30 s (a dial that hit its timeout). A View can override them.
@@ -94,10 +75,10 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	m.add = []metric.AddOption{opt}
 	m.obs = []metric.ObserveOption{opt}
 	for i := range m.errAdd {
-		m.errAdd[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(poolName, attribute.String("error.type", errTypeNames[i])))}
+		m.errAdd[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(poolName, attribute.String("error.type", errType(i).String())))}
 	}
 	for i := range m.reasonAdd {
-		m.reasonAdd[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(poolName, attribute.String("reason", reasonNames[i])))}
+		m.reasonAdd[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(poolName, attribute.String("reason", reason(i).String())))}
 	}
 
 	var errs []error

@@ -182,6 +182,26 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	return o, nil
 }
 
+// isNil reports whether v is nil or holds a nil pointer, func, map, slice,
+// channel or interface: a typed nil, which an interface-valued option or
+// the factory must not be taken for a value.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return canBeNil(rv.Type()) && rv.IsNil()
+}
+
+// canBeNil reports whether values of t can be nil.
+func canBeNil(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return true
+	}
+	return false
+}
+
 // defaultName is T's type name without package paths or leading pointer
 // stars, plus ".Pool": *sql.Conn gives "Conn.Pool", Box[int] "Box[int].Pool".
 func defaultName[T any]() string {

@@ -12,13 +12,25 @@ import (
 	"weak"
 )
 
+// The pool: New, the lease and release paths, and the calls that change or
+// end a pool's life (Clear, Close, Shutdown, SetMaxSize).
+//
+// The invariant: a lease takes a permit from the gate before it touches an
+// item, and every way out of the lease path either hands the caller that
+// permit with an item or returns it exactly once: on an error, and on a
+// panic or runtime.Goexit of user code on the way (obtain's deferred call).
+// Ending the lease (Release, Discard, Detach) gives the permit back with
+// the item, or frees it once the item is destroyed or detached. The fast
+// path, an idle item in this processor's slot with nothing to judge, is
+// written out in lease and release; waiting, creation and preparation are
+// out of line, in leaseSlow.
+
 // Pool is a bounded pool of items of type T. It is safe for use by many
 // goroutines. Create one with New; end it with Close or Shutdown.
 type Pool[T any] struct {
 	g       gate[T]
 	factory Factory[T]
 	opts    Options[T] // with defaults; immutable after New
-	destroy func(T) error
 
 	// nillable: T has a nil value (pointer, interface, map, slice, chan,
 	// func), which a factory must not return as an item.
@@ -53,100 +65,12 @@ type Pool[T any] struct {
 	// sweepEvery is how often the idle items are swept for expiry (0: never:
 	// neither IdleTimeout nor MaxLifetime is set); sweepAt, the pool clock
 	// at which the next lease or release that reads the clock sweeps. See
-	// "Sweeping" in upkeep.go.
+	// "Sweeping" in expiry.go.
 	sweepEvery int64
 	sweepAt    atomic.Int64
 
 	upkeep *upkeeper // nil without UpkeepInterval: see upkeep.go
 }
-
-// counters are the Stats figures that cannot be derived from the gate and
-// that no lease writes on its way: those (Leases, Waits, WaitTime) are kept
-// per processor in the idle ring's slots.
-type counters struct {
-	timeouts, canceled, prepareFail atomic.Uint64
-
-	// The item counts change only under mu, and Stats reads them under it,
-	// so that every snapshot keeps the relations Stats promises between
-	// them. Separate atomics, read one after the other, cannot: a Destroyed
-	// read after a Created can count an item created after that read. They
-	// change on creation and destruction only, never on a lease of an idle
-	// item, so the lock costs a fraction of what a factory call does.
-	mu                                         sync.Mutex
-	created, destroyed, detached               uint64
-	idleExpired, lifetimeExpired, destroyFails uint64
-}
-
-// Stats is a snapshot of a pool's state and of what it has done since New.
-// The figures about items in use are derived from the pool's own
-// bookkeeping, never kept as a second count.
-type Stats struct {
-	Name             string
-	MinSize, MaxSize int
-
-	// ItemsAllocated is ActiveLeases + ItemsAvailable: the items the pool
-	// accounts for (leased, idle, being created or being destroyed). It
-	// never exceeds MaxSize, but for a while after SetMaxSize shrank it:
-	// until the leases beyond the new MaxSize have ended.
-	ItemsAllocated int
-	// ItemsAvailable is the number of idle items, ready to be leased.
-	ItemsAvailable int
-	// ActiveLeases is the number of items in use: leased, or being created
-	// or destroyed. An item released at the instant of the snapshot may be
-	// counted here rather than in ItemsAvailable; their sum is exact.
-	ActiveLeases int
-	// QueuedLeases is the number of leases waiting now, MaxSize items being
-	// in use.
-	QueuedLeases int
-
-	// Leases counts successful Lease and TryLease calls.
-	Leases uint64
-	// Waits counts leases that had to wait for an item, whatever the
-	// outcome; WaitTime is the total time they waited. A lease served at
-	// once adds to neither.
-	Waits    uint64
-	WaitTime time.Duration
-	// Timeouts counts leases that failed with ErrLeaseTimeout.
-	Timeouts uint64
-	// Canceled counts leases ended by the caller's ctx (canceled or past its
-	// deadline): before they started, while waiting, creating or preparing.
-	Canceled uint64
-
-	// Created counts successful factory calls; Destroyed, items the pool
-	// destroyed (whatever Destroy did); Detached, items taken out with
-	// Lease.Detach. In every snapshot Destroyed + Detached <= Created, and
-	// Created - Destroyed - Detached (the items in existence) <= MaxSize
-	// (but for a while after SetMaxSize shrank it, as for ItemsAllocated);
-	// at rest, Created == Destroyed + Detached + ItemsAllocated.
-	Created, Destroyed, Detached uint64
-	// IdleExpired and LifetimeExpired count items destroyed for exceeding
-	// IdleTimeout and MaxLifetime; PrepareFailed, items destroyed because
-	// IsReady or Prepare failed or timed out.
-	IdleExpired, LifetimeExpired, PrepareFailed uint64
-	// DestroyErrors counts Destroy calls that returned an error or
-	// panicked. Each such item still counts as destroyed.
-	DestroyErrors uint64
-
-	// Leaked counts the leaked leases the garbage collector has found: ones
-	// that became unreachable without Release, Discard or Detach. A leaked
-	// lease's item stays in use for good, so it still counts in
-	// ActiveLeases and against MaxSize.
-	Leaked uint64
-}
-
-// Why an item is destroyed.
-type reason int
-
-const (
-	reasonIdle reason = iota
-	reasonLifetime
-	reasonPrepare
-	reasonReset
-	reasonDiscard
-	reasonClear
-	reasonClose
-	reasonResize
-)
 
 // New returns a pool that creates items with f, configured by opts, after
 // creating opts.MinSize items. It returns an error wrapping
@@ -171,7 +95,6 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	p := &Pool[T]{
 		factory:  f,
 		opts:     opts,
-		destroy:  opts.Destroy,
 		nillable: canBeNil(reflect.TypeFor[T]()),
 		judge:    opts.Preparer != nil || opts.IdleTimeout > 0 || opts.MaxLifetime > 0,
 		stamp:    opts.IdleTimeout > 0 || opts.MaxLifetime > 0 || opts.Preparer != nil && opts.CheckAfterIdle > 0,
@@ -180,8 +103,8 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		m:        m,
 	}
 	p.plain = !p.judge && !p.sites
-	if p.destroy == nil {
-		p.destroy = closeItem[T]
+	if p.opts.Destroy == nil {
+		p.opts.Destroy = closeItem[T]
 	}
 	p.leaks = newLeakSink(p)
 	if m != nil {
@@ -209,103 +132,6 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		}
 	}
 	return p, nil
-}
-
-// isNil reports whether v is nil or holds a nil pointer, func, map, slice,
-// channel or interface: a typed nil, which an interface-valued option or
-// the factory must not be taken for a value.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	return canBeNil(rv.Type()) && rv.IsNil()
-}
-
-// canBeNil reports whether values of t can be nil.
-func canBeNil(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
-		return true
-	}
-	return false
-}
-
-// seedParallelism bounds the creations New runs at once, so that a large
-// MinSize does not dial one server that many times in the same instant.
-const seedParallelism = 32
-
-// seedResult is one creation of New's seeding.
-type seedResult[T any] struct {
-	e        *entry[T]
-	err      error
-	panicVal any // a *panicError, or errFactoryGoexit
-}
-
-// seed creates MinSize idle items, up to seedParallelism at once. The first
-// failure cancels the creations still under way; then every item made is
-// destroyed, so nothing leaks, and seed returns that failure's error, or
-// raises the first panic of the factory again.
-func (p *Pool[T]) seed(ctx context.Context) error {
-	n := p.opts.MinSize
-	if n == 0 {
-		return nil
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	results := make(chan seedResult[T], n)
-	sem := make(chan struct{}, seedParallelism)
-	for range n {
-		go func() {
-			r := seedResult[T]{panicVal: errFactoryGoexit} // until the factory returns
-			defer func() {
-				if v := recover(); v != nil {
-					r.panicVal = newPanicError(v)
-				}
-				results <- r
-			}()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if err := sctx.Err(); err != nil {
-				r = seedResult[T]{err: err} // another creation failed: don't start
-				return
-			}
-			cctx, cancelCreate := sctx, context.CancelFunc(func() {})
-			if p.opts.CreateTimeout > 0 {
-				cctx, cancelCreate = context.WithTimeout(sctx, p.opts.CreateTimeout)
-			}
-			defer cancelCreate()
-			e, err := p.newEntry(cctx)
-			r = seedResult[T]{e: e, err: err}
-		}()
-	}
-	var first error
-	var panicVal any
-	for range n {
-		r := <-results
-		switch {
-		case r.panicVal != nil:
-			if panicVal == nil {
-				panicVal = r.panicVal
-			}
-			cancel()
-		case r.err != nil:
-			if first == nil {
-				first = r.err
-			}
-			cancel()
-		default:
-			p.g.idle.push(r.e) // only this goroutine can see the pool yet
-		}
-	}
-	if first == nil && panicVal == nil {
-		return nil
-	}
-	err := errors.Join(first, p.destroyAll(p.g.drainIdle(), reasonClose))
-	if panicVal != nil {
-		panic(panicVal)
-	}
-	return err
 }
 
 // Name returns the pool's name, Options.Name or its default.
@@ -355,8 +181,8 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 	}
 	// The fast path: an idle item parked in this processor's slot (see
 	// ring.go for the protocol; this is its "take", written out here, as
-	// park is in release: the two calls cost 1.5 ns of a 35 ns
-	// lease+release).
+	// park is in release: see docs/DESIGN.md, "The per-processor slots",
+	// for what the calls cost).
 	if r := &p.g.slots; !r.bypass.Load() {
 		pid := procPin()
 		s := &r.s[pid&r.mask]
@@ -368,7 +194,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 				return Lease[T]{e: e, gen: e.gen.Load()}, nil
 			}
 			procUnpin()
-			return p.leaseSlow(ctx, e, true, nil, nil)
+			return p.leaseSlow(ctx, e, nil, admitted)
 		}
 		procUnpin()
 	}
@@ -378,32 +204,35 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 	if wait {
 		queue = ctx
 	}
-	e, ok, w, err := p.g.acquire(p.plain, queue)
-	if ok && e != nil && p.plain {
+	e, w, a := p.g.acquire(p.plain, queue)
+	if a == admitted && p.plain {
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
-	return p.leaseSlow(ctx, e, ok, w, err)
+	return p.leaseSlow(ctx, e, w, a)
 }
 
-// leaseSlow finishes a lease that the fast path could not: it waits for a
-// permit unless ok says one is held (with e, when not nil), then obtains an
-// item. w is the waiter that acquire queued, err its refusal.
-func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter[T], err error) (Lease[T], error) {
+// leaseSlow finishes a lease that the fast path could not, after the gate's
+// admission a: it waits for a permit when the lease queued (w), then
+// obtains an item: e, when an idle one came with the permit, else another
+// idle one or a fresh one.
+func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission) (Lease[T], error) {
 	var waited time.Duration
-	switch {
-	case err == ErrClosed:
+	switch a {
+	case admitted, admitRoom:
+	case refusedClosed:
 		return p.leaseFailed(ctx, errClosed, p.errClosed)
-	case err != nil: // ctx had ended before the lease could queue
-		return p.leaseFailed(ctx, errCanceled, err)
-	case !ok && w == nil:
+	case refusedCanceled:
+		return p.leaseFailed(ctx, errCanceled, ctx.Err())
+	case refused:
 		return p.leaseFailed(ctx, errExhausted, *p.errExhausted.Load())
-	case !ok:
+	case queued:
 		var expired bool
+		var err error
 		e, waited, expired, err = p.g.await(ctx, w, p.opts.LeaseTimeout)
 		if err != nil && e != nil {
 			// An item granted as we gave up, on a pool that closed or
 			// shrank meanwhile: nobody else may have it.
-			p.dispose(e, p.refusedWhy())
+			p.destroyAndFreeLogged(e, p.refusedWhy())
 		}
 		p.g.slots.countWait(procPin(), int64(waited)) // pinned: see countWait
 		procUnpin()
@@ -432,11 +261,29 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], ok bool, w *waiter
 	}
 	p.g.slots.countLease(procPin())
 	procUnpin()
-	if p.m != nil && w != nil {
+	if p.m != nil && a == queued {
 		p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
 	}
 	return Lease[T]{e: e, gen: e.gen.Load()}, nil
 }
+
+// errType classifies a failed lease: the error.type of pool.lease.errors.
+type errType int
+
+const (
+	errTimeout errType = iota
+	errCanceled
+	errClosed
+	errExhausted
+	errCreate
+	errPrepare
+	numErrTypes
+)
+
+var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhausted", "create", "prepare"}
+
+// String returns the error.type that pool.lease.errors records.
+func (t errType) String() string { return errTypeNames[t] }
 
 // leaseFailed counts a failed lease of type t, in Stats and in
 // pool.lease.errors, and returns err.
@@ -464,9 +311,9 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 	defer func() {
 		if !done { // an error, or a panic or Goexit on its way out
 			if e != nil {
-				p.dispose(e, reasonPrepare)
+				p.destroyAndFreeLogged(e, reasonPrepare)
 			} else {
-				p.g.passOn(nil)
+				p.g.free()
 			}
 		}
 	}()
@@ -498,7 +345,7 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 			if err = ctx.Err(); err != nil {
 				// Gave up before the check: the item is as good as it was.
 				done = true
-				p.putBack(e)
+				p.giveBack(e)
 				return nil, errCanceled, err
 			}
 			if err = p.prepare(ctx, e); err != nil {
@@ -535,226 +382,6 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 	return e, 0, nil
 }
 
-// expired says whether an idle item has outlived its lifetime or
-// IdleTimeout.
-func (p *Pool[T]) expired(e *entry[T], now int64) (reason, bool) {
-	if now > e.deadline {
-		return reasonLifetime, true
-	}
-	if p.opts.IdleTimeout > 0 && now-e.idleAt > int64(p.opts.IdleTimeout) {
-		return reasonIdle, true
-	}
-	return 0, false
-}
-
-// needsCheck says whether the Preparer must see an idle item: always when it
-// has never accepted the item, else when it sat idle for CheckAfterIdle
-// since its release or the upkeep's last check of it.
-func (p *Pool[T]) needsCheck(e *entry[T], now int64) bool {
-	return p.opts.Preparer != nil &&
-		(!e.checked || p.opts.CheckAfterIdle == 0 || now-max(e.idleAt, e.checkedAt) >= int64(p.opts.CheckAfterIdle))
-}
-
-// prepare runs IsReady and, when the item is not ready, Prepare, within
-// PreparationTimeout.
-func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
-	if p.m != nil {
-		start := p.now()
-		defer func() { p.m.prepTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
-	}
-	pctx, limit := ctx, p.opts.PreparationTimeout
-	var start int64
-	if limit > 0 {
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, limit)
-		defer cancel()
-		start = monotime()
-	}
-	ready, err := p.opts.Preparer.IsReady(pctx, e.value)
-	if err == nil && !ready {
-		err = p.opts.Preparer.Prepare(pctx, e.value)
-	}
-	// Read the clock rather than wait for pctx's timer to mark it done: a
-	// Preparer that ignored its ctx may report success after the timeout,
-	// too late all the same, before that timer has run.
-	timedOut := limit > 0 && ctx.Err() == nil && (pctx.Err() != nil || monotime()-start >= int64(limit))
-	if err == nil && timedOut {
-		err = context.DeadlineExceeded
-	}
-	if err != nil {
-		p.c.prepareFail.Add(1)
-		if p.m != nil {
-			p.m.prepErrors.Add(ctx, 1, p.m.add...)
-		}
-		if timedOut {
-			return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)
-		}
-		return fmt.Errorf("pool %q: prepare item: %w", p.opts.Name, err)
-	}
-	e.checked = true
-	return nil
-}
-
-// creation is one factory call that its caller may abandon.
-type creation[T any] struct {
-	state atomic.Int32 // creating, then taken (by the finisher) or abandoned (by the caller)
-	done  chan struct{}
-
-	// Written by the creating goroutine before it closes done.
-	e        *entry[T]
-	err      error
-	panicked bool
-	panicVal any // a *panicError, or errFactoryGoexit
-}
-
-const (
-	creating int32 = iota
-	finished
-	abandoned
-)
-
-// create makes a fresh item for a caller that holds a permit. When ctx can
-// end, the factory runs on a goroutine of its own: if the caller gives up,
-// the creation finishes in the background and its item goes idle (or to a
-// waiter), so one impatient caller never costs a second dial. A panic in the
-// factory reaches the caller if it still waits.
-// abandoned reports that the caller gave up and the permit went with the
-// creation.
-func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err // gave up already: don't start a dial for nobody
-	}
-	if ctx.Done() == nil {
-		e, err = p.createDetached(ctx) // nothing can abandon it
-		return e, false, err
-	}
-	c := &creation[T]{done: make(chan struct{})}
-	go p.createAsync(ctx, c)
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(creating, abandoned) {
-			// The creating goroutine owns the permit now.
-			return nil, true, ctx.Err()
-		}
-		<-c.done // finished at this instant: take the result
-	}
-	if c.panicked {
-		panic(c.panicVal) // a *panicError, with the factory's stack
-	}
-	return c.e, false, c.err
-}
-
-// createAsync runs one creation for create. It holds the caller's permit
-// from the moment the caller abandons the creation.
-//
-// It finishes in a deferred call, so that a factory that panics, or calls
-// runtime.Goexit (t.FailNow in a test's factory does), still either
-// reaches the waiting caller or frees the abandoned creation's permit.
-func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
-	c.panicked = true // until createDetached returns
-	defer func() {
-		if c.panicked {
-			if v := recover(); v != nil {
-				c.panicVal = newPanicError(v)
-			} else {
-				c.panicVal = errFactoryGoexit // recover returns nil for a Goexit
-			}
-		}
-		if c.state.CompareAndSwap(creating, finished) {
-			close(c.done)
-			return
-		}
-		p.adopt(c)
-	}()
-	c.e, c.err = p.createDetached(ctx)
-	c.panicked = false
-}
-
-// errFactoryGoexit is what a caller waiting for a creation panics with when
-// the factory called runtime.Goexit on the creating goroutine.
-var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
-
-// adopt finishes a creation that its caller abandoned: nobody waits for
-// this item. A failure (or a panic) counts as a failed creation, is logged
-// and frees the permit; an item goes idle, or to a waiter. On a closed
-// pool the item is destroyed here, on the pool's own goroutine: a Destroy
-// panic has no caller to reach, so it is logged and dropped (the item
-// counts as destroyed and its permit is freed all the same) rather than
-// crash the program.
-func (p *Pool[T]) adopt(c *creation[T]) {
-	if c.panicked || c.err != nil {
-		err := c.err
-		if c.panicked {
-			err = fmt.Errorf("pool %q: create item: the factory panicked: %w", p.opts.Name, asError(c.panicVal))
-		}
-		p.warn("a creation whose lease gave up failed", err)
-		p.g.passOn(nil)
-		return
-	}
-	p.quietly(func() { p.putBack(c.e) })
-}
-
-// asError returns v as an error: itself, or an error that prints it.
-func asError(v any) error {
-	if err, ok := v.(error); ok {
-		return err
-	}
-	return fmt.Errorf("%v", v)
-}
-
-// createDetached calls the factory with a context that keeps ctx's values
-// but not its cancellation, is canceled by Close and bounded by
-// CreateTimeout.
-func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(p.done, cancel)
-	defer stop()
-	if p.opts.CreateTimeout > 0 {
-		var cancelT context.CancelFunc
-		cctx, cancelT = context.WithTimeout(cctx, p.opts.CreateTimeout)
-		defer cancelT()
-	}
-	e, err := p.newEntry(cctx)
-	if err != nil && p.done.Err() != nil {
-		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
-	}
-	return e, err
-}
-
-// newEntry calls the factory and wraps its item, watched for leaks.
-func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
-	v, err := p.callFactory(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
-	}
-	if p.nillable && isNil(any(v)) {
-		// Nothing to destroy, and nothing a lease could use.
-		return nil, fmt.Errorf("pool %q: create item: the factory returned a nil %v and no error", p.opts.Name, reflect.TypeFor[T]())
-	}
-	p.c.mu.Lock()
-	p.c.created++
-	p.c.mu.Unlock()
-	if p.m != nil {
-		p.m.created.Add(ctx, 1, p.m.add...)
-	}
-	now := p.now()
-	e := &entry[T]{value: v, pool: p, deadline: p.deadline(now), idleAt: now}
-	watch(p.leaks, e, p.sites)
-	return e, nil
-}
-
-// callFactory makes one factory call, timed in pool.items.create_time when
-// there are metrics, also when it fails or panics.
-func (p *Pool[T]) callFactory(ctx context.Context) (T, error) {
-	if p.m != nil {
-		start := p.now()
-		defer func() { p.m.createTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
-	}
-	return p.factory.Create(ctx)
-}
-
 // release takes back the item of a lease that Release ended.
 func (p *Pool[T]) release(e *entry[T]) {
 	if p.opts.Reset != nil && !p.reset(e) {
@@ -766,7 +393,7 @@ func (p *Pool[T]) release(e *entry[T]) {
 			p.sweep(now)
 		}
 		if now > e.deadline {
-			p.dispose(e, reasonLifetime)
+			p.destroyAndFreeLogged(e, reasonLifetime)
 			return
 		}
 		e.idleAt = now
@@ -779,7 +406,7 @@ func (p *Pool[T]) release(e *entry[T]) {
 			return
 		}
 	}
-	p.toGate(e)
+	p.giveBackToGate(e)
 }
 
 // reset runs Options.Reset; when it fails (the error is logged: Release
@@ -789,7 +416,7 @@ func (p *Pool[T]) release(e *entry[T]) {
 func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	defer func() {
 		if !ok {
-			p.dispose(e, reasonReset)
+			p.destroyAndFreeLogged(e, reasonReset)
 		}
 	}()
 	if err := p.opts.Reset(e.value); err != nil {
@@ -799,20 +426,21 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	return true
 }
 
-// putBack makes an item whose permit the caller holds idle: parked in this
+// giveBack makes an item whose permit the caller holds idle: parked in this
 // processor's slot, with its permit, when nobody waits; else through the
-// gate, to the oldest waiter or the idle queue. On a closed pool it
-// destroys the item.
-func (p *Pool[T]) putBack(e *entry[T]) {
+// gate, to the oldest waiter or the idle queue. On a closed pool, or one
+// that holds more items than MaxSize after a shrink, it destroys the item.
+func (p *Pool[T]) giveBack(e *entry[T]) {
 	if !p.g.slots.park(e) {
-		p.toGate(e)
+		p.giveBackToGate(e)
 	}
 }
 
-// toGate is putBack without the slots.
-func (p *Pool[T]) toGate(e *entry[T]) {
-	if !p.g.passOn(e) {
-		p.dispose(e, p.refusedWhy())
+// giveBackToGate is giveBack without the slot: the item goes to the oldest
+// waiter or the idle queue, where the sweep and the upkeep see it.
+func (p *Pool[T]) giveBackToGate(e *entry[T]) {
+	if !p.g.giveBack(e) {
+		p.destroyAndFreeLogged(e, p.refusedWhy())
 	}
 }
 
@@ -832,45 +460,8 @@ func (p *Pool[T]) detach(e *entry[T]) T {
 	p.c.mu.Lock()
 	p.c.detached++
 	p.c.mu.Unlock()
-	p.g.passOn(nil)
+	p.g.free()
 	return v
-}
-
-// destroyItem disposes of an item and counts it, also when Destroy panics
-// or calls runtime.Goexit, which count as failed Destroy calls.
-func (p *Pool[T]) destroyItem(e *entry[T], why reason) (err error) {
-	e.cleanup.Stop() // the entry is garbage from now on, not a leak
-	returned := false
-	defer func() { p.countDestroyed(why, !returned || err != nil) }()
-	err = p.destroy(e.value)
-	returned = true
-	if err != nil {
-		return fmt.Errorf("pool %q: destroy item: %w", p.opts.Name, err)
-	}
-	return nil
-}
-
-// destroyAndFree destroys an item whose permit the caller holds, then frees
-// the permit: the item counts against MaxSize until its destruction ends.
-func (p *Pool[T]) destroyAndFree(e *entry[T], why reason) error {
-	defer p.g.passOn(nil)
-	return p.destroyItem(e, why)
-}
-
-// destroyLogged is destroyItem for a caller that has nobody to return a
-// Destroy error to: the error is logged.
-func (p *Pool[T]) destroyLogged(e *entry[T], why reason) {
-	if err := p.destroyItem(e, why); err != nil {
-		p.warn("destroy item", err)
-	}
-}
-
-// dispose is destroyAndFree for a caller that has nobody to return a
-// Destroy error to: the error is logged.
-func (p *Pool[T]) dispose(e *entry[T], why reason) {
-	if err := p.destroyAndFree(e, why); err != nil {
-		p.warn("destroy item", err)
-	}
 }
 
 // warn logs, through Options.Logger, an error that has no caller to go to.
@@ -878,87 +469,6 @@ func (p *Pool[T]) warn(msg string, err error) {
 	if l := p.opts.Logger; l != nil {
 		l.LogAttrs(context.Background(), slog.LevelWarn, "pool: "+msg,
 			slog.String("pool.name", p.opts.Name), slog.Any("err", err))
-	}
-}
-
-// destroyAll destroys items whose permits the caller holds and frees the
-// permits. Every item is destroyed whatever a Destroy does: errors are
-// joined into the result; the first panic is raised again, with its stack,
-// once the rest are destroyed; a runtime.Goexit (t.FailNow in a test's
-// Destroy) ends the calling goroutine, as Goexit must, but only after the
-// rest are destroyed, by the deferred call that Goexit runs on its way out.
-func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
-	b := destroyBatch[T]{p: p, es: es, why: func(*entry[T]) reason { return why }, free: true}
-	b.run()
-	if b.panicked != nil {
-		panic(b.panicked)
-	}
-	return errors.Join(b.errs...)
-}
-
-// destroyBatch is the state of a destroyAll, kept where a deferred call
-// can finish it.
-type destroyBatch[T any] struct {
-	p    *Pool[T]
-	es   []*entry[T] // not destroyed yet
-	why  func(*entry[T]) reason
-	free bool // free each item's permit right after its destroy; else the caller frees them
-
-	errs     []error
-	panicked *panicError // the first Destroy panic
-}
-
-func (b *destroyBatch[T]) run() {
-	for len(b.es) > 0 {
-		e := b.es[0]
-		b.es = b.es[1:]
-		b.destroy(e)
-	}
-}
-
-func (b *destroyBatch[T]) destroy(e *entry[T]) {
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		if v := recover(); v != nil {
-			if b.panicked == nil {
-				b.panicked = newPanicError(v)
-			}
-			return
-		}
-		// runtime.Goexit: the goroutine is ending, and this is the last
-		// code of the batch that runs on it.
-		b.run()
-	}()
-	var err error
-	if b.free {
-		err = b.p.destroyAndFree(e, b.why(e))
-	} else {
-		err = b.p.destroyItem(e, b.why(e))
-	}
-	if err != nil {
-		b.errs = append(b.errs, err)
-	}
-	returned = true
-}
-
-func (p *Pool[T]) countDestroyed(why reason, failed bool) {
-	p.c.mu.Lock()
-	switch why {
-	case reasonIdle:
-		p.c.idleExpired++
-	case reasonLifetime:
-		p.c.lifetimeExpired++
-	}
-	p.c.destroyed++
-	if failed {
-		p.c.destroyFails++
-	}
-	p.c.mu.Unlock()
-	if p.m != nil {
-		p.m.itemDestroyed(why, failed)
 	}
 }
 
@@ -977,13 +487,13 @@ func (p *Pool[T]) Clear() {
 // refillOne creates one idle item for Clear, if MinSize are not idle yet and
 // a permit is free.
 func (p *Pool[T]) refillOne() (more bool) {
-	if !p.g.tryAcquireBelow(p.opts.MinSize) {
+	if !p.g.tryAcquireRoom(p.opts.MinSize, idleItems) {
 		return false
 	}
 	var e *entry[T]
 	defer func() {
 		if e == nil {
-			p.g.passOn(nil) // failed, panicked or Goexit: the permit goes back
+			p.g.free() // failed, panicked or Goexit: the permit goes back
 		}
 	}()
 	var err error
@@ -991,7 +501,7 @@ func (p *Pool[T]) refillOne() (more bool) {
 		p.warn("clear: refill to MinSize", err)
 		return false
 	}
-	p.putBack(e)
+	p.giveBack(e)
 	return true
 }
 
@@ -1042,32 +552,6 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 			return errors.Join(err, ctx.Err())
 		}
 	}
-}
-
-// Stats returns a snapshot of the pool's figures.
-func (p *Pool[T]) Stats() Stats {
-	held, idle, queued, size, sums := p.g.counts()
-	s := Stats{
-		Name:           p.opts.Name,
-		MinSize:        p.opts.MinSize,
-		MaxSize:        size,
-		ItemsAllocated: held + idle,
-		ItemsAvailable: idle,
-		ActiveLeases:   held,
-		QueuedLeases:   queued,
-		Leases:         sums.leases,
-		Waits:          sums.waits,
-		WaitTime:       time.Duration(sums.waitTime),
-		Timeouts:       p.c.timeouts.Load(),
-		Canceled:       p.c.canceled.Load(),
-		PrepareFailed:  p.c.prepareFail.Load(),
-		Leaked:         p.leaks.leaked.Load(),
-	}
-	p.c.mu.Lock()
-	s.Created, s.Destroyed, s.Detached = p.c.created, p.c.destroyed, p.c.detached
-	s.IdleExpired, s.LifetimeExpired, s.DestroyErrors = p.c.idleExpired, p.c.lifetimeExpired, p.c.destroyFails
-	p.c.mu.Unlock()
-	return s
 }
 
 // SetMaxSize changes the pool's MaxSize to n, as a configuration reload

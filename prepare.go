@@ -1,6 +1,9 @@
 package pool
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Preparer checks an item's readiness when it is leased and restores it when
 // it is not ready: an SMTP connection the server dropped while it sat idle,
@@ -50,4 +53,44 @@ func (f CheckFunc[T]) IsReady(ctx context.Context, item T) (bool, error) {
 func (f CheckFunc[T]) Prepare(ctx context.Context, item T) error {
 	_, err := f.IsReady(ctx, item)
 	return err
+}
+
+// prepare runs IsReady and, when the item is not ready, Prepare, within
+// PreparationTimeout.
+func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
+	if p.m != nil {
+		start := p.now()
+		defer func() { p.m.prepTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
+	}
+	pctx, limit := ctx, p.opts.PreparationTimeout
+	var start int64
+	if limit > 0 {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+		start = monotime()
+	}
+	ready, err := p.opts.Preparer.IsReady(pctx, e.value)
+	if err == nil && !ready {
+		err = p.opts.Preparer.Prepare(pctx, e.value)
+	}
+	// Read the clock rather than wait for pctx's timer to mark it done: a
+	// Preparer that ignored its ctx may report success after the timeout,
+	// too late all the same, before that timer has run.
+	timedOut := limit > 0 && ctx.Err() == nil && (pctx.Err() != nil || monotime()-start >= int64(limit))
+	if err == nil && timedOut {
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
+		p.c.prepareFail.Add(1)
+		if p.m != nil {
+			p.m.prepErrors.Add(ctx, 1, p.m.add...)
+		}
+		if timedOut {
+			return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)
+		}
+		return fmt.Errorf("pool %q: prepare item: %w", p.opts.Name, err)
+	}
+	e.checked = true
+	return nil
 }

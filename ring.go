@@ -230,7 +230,7 @@ func (r *slots[T]) scan() (sums slotSums) {
 // and the queue atomically. Items join at the tail. A lease takes the
 // newest, from the tail: a lightly used pool then keeps reusing the same
 // few items, and the ones beyond what its load needs stay at the head,
-// idle longest, until the sweep for expiry (upkeep.go) destroys them. Taken
+// idle longest, until the sweep for expiry (expiry.go) destroys them. Taken
 // oldest first, they would all stay in use by turns, and never idle long
 // enough to expire. Close, Clear and a shrink drain from the head.
 //

@@ -86,9 +86,8 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 	t.Run("parked before the lease looked: taken without queueing", func(t *testing.T) {
 		g, e := rgGate()
 		require.True(t, g.slots.park(e))
-		got, ok, w, err := g.acquire(true, context.Background())
-		require.NoError(t, err)
-		require.True(t, ok)
+		got, w, a := g.acquire(true, context.Background())
+		require.Equal(t, admitted, a)
 		assert.Same(t, e, got, "the lease found it in the slot")
 		assert.Nil(t, w, "without queueing")
 		assert.Equal(t, 1, g.held, "the permit came with the item")
@@ -109,7 +108,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		assert.Equal(t, 1, g.held)
 		assert.Zero(t, g.waiters.n)
 		assert.True(t, g.slots.bypass.Load(), "bypass stays on past the last waiter ...")
-		g.passOn(nil)
+		g.free()
 		assert.False(t, g.slots.bypass.Load(), "... until room comes free with nobody waiting (see setBypass)")
 	})
 
@@ -124,7 +123,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		require.True(t, s.e.CompareAndSwap(nil, e)) // the release had looked before
 		require.False(t, g.slots.confirm(s, e), "the release sees bypass and takes its item back")
 		assert.Nil(t, s.e.Load())
-		require.True(t, g.passOn(e)) // the release's slow path
+		require.True(t, g.giveBack(e)) // the release's slow path
 		assert.Same(t, e, rgGranted(t, w))
 		assert.Equal(t, 1, g.held)
 	})

@@ -1,0 +1,250 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+)
+
+// Creating items: New's seeding, a lease's creation, and the adoption of
+// creations their caller gave up on.
+//
+// The invariant: a creation holds a permit from before the factory is
+// called until its item is handed on (to a lease, a waiter or the idle
+// ring) or the creation fails, when the permit is freed; exactly one of the
+// caller and the creating goroutine owns it at every instant (see
+// creation.state). The factory gets a context that keeps the caller's
+// values but not its cancellation, that CreateTimeout bounds and Close
+// cancels: so a caller that gives up never costs a second dial, and a
+// closed pool ends its dials.
+
+// seedParallelism bounds the creations New runs at once, so that a large
+// MinSize does not dial one server that many times in the same instant.
+const seedParallelism = 32
+
+// seedResult is one creation of New's seeding.
+type seedResult[T any] struct {
+	e        *entry[T]
+	err      error
+	panicVal any // a *panicError, or errFactoryGoexit
+}
+
+// seed creates MinSize idle items, up to seedParallelism at once. The first
+// failure cancels the creations still under way; then every item made is
+// destroyed, so nothing leaks, and seed returns that failure's error, or
+// raises the first panic of the factory again.
+func (p *Pool[T]) seed(ctx context.Context) error {
+	n := p.opts.MinSize
+	if n == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan seedResult[T], n)
+	sem := make(chan struct{}, seedParallelism)
+	for range n {
+		go func() {
+			r := seedResult[T]{panicVal: errFactoryGoexit} // until the factory returns
+			defer func() {
+				if v := recover(); v != nil {
+					r.panicVal = newPanicError(v)
+				}
+				results <- r
+			}()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := sctx.Err(); err != nil {
+				r = seedResult[T]{err: err} // another creation failed: don't start
+				return
+			}
+			cctx, cancelCreate := sctx, context.CancelFunc(func() {})
+			if p.opts.CreateTimeout > 0 {
+				cctx, cancelCreate = context.WithTimeout(sctx, p.opts.CreateTimeout)
+			}
+			defer cancelCreate()
+			e, err := p.newEntry(cctx)
+			r = seedResult[T]{e: e, err: err}
+		}()
+	}
+	var first error
+	var panicVal any
+	for range n {
+		r := <-results
+		switch {
+		case r.panicVal != nil:
+			if panicVal == nil {
+				panicVal = r.panicVal
+			}
+			cancel()
+		case r.err != nil:
+			if first == nil {
+				first = r.err
+			}
+			cancel()
+		default:
+			p.g.idle.push(r.e) // only this goroutine can see the pool yet
+		}
+	}
+	if first == nil && panicVal == nil {
+		return nil
+	}
+	err := errors.Join(first, p.destroyAll(p.g.drainIdle(), reasonClose))
+	if panicVal != nil {
+		panic(panicVal)
+	}
+	return err
+}
+
+// creation is one factory call that its caller may abandon.
+type creation[T any] struct {
+	state atomic.Int32 // creating, then taken (by the finisher) or abandoned (by the caller)
+	done  chan struct{}
+
+	// Written by the creating goroutine before it closes done.
+	e        *entry[T]
+	err      error
+	panicked bool
+	panicVal any // a *panicError, or errFactoryGoexit
+}
+
+const (
+	creating int32 = iota
+	finished
+	abandoned
+)
+
+// create makes a fresh item for a caller that holds a permit. When ctx can
+// end, the factory runs on a goroutine of its own: if the caller gives up,
+// the creation finishes in the background and its item goes idle (or to a
+// waiter), so one impatient caller never costs a second dial. A panic in the
+// factory reaches the caller if it still waits.
+// abandoned reports that the caller gave up and the permit went with the
+// creation.
+func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err // gave up already: don't start a dial for nobody
+	}
+	if ctx.Done() == nil {
+		e, err = p.createDetached(ctx) // nothing can abandon it
+		return e, false, err
+	}
+	c := &creation[T]{done: make(chan struct{})}
+	go p.createAsync(ctx, c)
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(creating, abandoned) {
+			// The creating goroutine owns the permit now.
+			return nil, true, ctx.Err()
+		}
+		<-c.done // finished at this instant: take the result
+	}
+	if c.panicked {
+		panic(c.panicVal) // a *panicError, with the factory's stack
+	}
+	return c.e, false, c.err
+}
+
+// createAsync runs one creation for create. It holds the caller's permit
+// from the moment the caller abandons the creation.
+//
+// It finishes in a deferred call, so that a factory that panics, or calls
+// runtime.Goexit (t.FailNow in a test's factory does), still either
+// reaches the waiting caller or frees the abandoned creation's permit.
+func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
+	c.panicked = true // until createDetached returns
+	defer func() {
+		if c.panicked {
+			if v := recover(); v != nil {
+				c.panicVal = newPanicError(v)
+			} else {
+				c.panicVal = errFactoryGoexit // recover returns nil for a Goexit
+			}
+		}
+		if c.state.CompareAndSwap(creating, finished) {
+			close(c.done)
+			return
+		}
+		p.adopt(c)
+	}()
+	c.e, c.err = p.createDetached(ctx)
+	c.panicked = false
+}
+
+// errFactoryGoexit is what a caller waiting for a creation panics with when
+// the factory called runtime.Goexit on the creating goroutine.
+var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
+
+// adopt finishes a creation that its caller abandoned: nobody waits for
+// this item. A failure (or a panic) counts as a failed creation, is logged
+// and frees the permit; an item goes idle, or to a waiter. On a closed
+// pool the item is destroyed here, on the pool's own goroutine: a Destroy
+// panic has no caller to reach, so it is logged and dropped (the item
+// counts as destroyed and its permit is freed all the same) rather than
+// crash the program.
+func (p *Pool[T]) adopt(c *creation[T]) {
+	if c.panicked || c.err != nil {
+		err := c.err
+		if c.panicked {
+			err = fmt.Errorf("pool %q: create item: the factory panicked: %w", p.opts.Name, asError(c.panicVal))
+		}
+		p.warn("a creation whose lease gave up failed", err)
+		p.g.free()
+		return
+	}
+	p.quietly(func() { p.giveBack(c.e) })
+}
+
+// createDetached calls the factory with a context that keeps ctx's values
+// but not its cancellation, is canceled by Close and bounded by
+// CreateTimeout.
+func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(p.done, cancel)
+	defer stop()
+	if p.opts.CreateTimeout > 0 {
+		var cancelT context.CancelFunc
+		cctx, cancelT = context.WithTimeout(cctx, p.opts.CreateTimeout)
+		defer cancelT()
+	}
+	e, err := p.newEntry(cctx)
+	if err != nil && p.done.Err() != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return e, err
+}
+
+// newEntry calls the factory and wraps its item, watched for leaks.
+func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
+	v, err := p.callFactory(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
+	}
+	if p.nillable && isNil(any(v)) {
+		// Nothing to destroy, and nothing a lease could use.
+		return nil, fmt.Errorf("pool %q: create item: the factory returned a nil %v and no error", p.opts.Name, reflect.TypeFor[T]())
+	}
+	p.c.mu.Lock()
+	p.c.created++
+	p.c.mu.Unlock()
+	if p.m != nil {
+		p.m.created.Add(ctx, 1, p.m.add...)
+	}
+	now := p.now()
+	e := &entry[T]{value: v, pool: p, deadline: p.deadline(now), idleAt: now}
+	watch(p.leaks, e, p.sites)
+	return e, nil
+}
+
+// callFactory makes one factory call, timed in pool.items.create_time when
+// there are metrics, also when it fails or panics.
+func (p *Pool[T]) callFactory(ctx context.Context) (T, error) {
+	if p.m != nil {
+		start := p.now()
+		defer func() { p.m.createTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
+	}
+	return p.factory.Create(ctx)
+}

@@ -1,0 +1,135 @@
+package pool
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Expiry: IdleTimeout, MaxLifetime and its jitter, judged on the items
+// leases meet and swept for the ones they do not.
+//
+// # Sweeping
+//
+// A lease takes the item in its processor's slot when there is one, so
+// under a light load the same few items serve every lease and the items
+// behind them, in the idle queue or in other processors' slots, are never
+// met by a lease: judging only the items that leases meet would keep them
+// forever. So expiry is also swept.
+//
+// The invariant: while leases or releases happen, every idle item is
+// judged at least once every sweepEvery (half the smaller of IdleTimeout
+// and MaxLifetime, and at least a millisecond). Each lease or release that
+// already reads the clock (it does whenever IdleTimeout or MaxLifetime is
+// set, to judge or stamp its item) compares it with sweepAt; the one that
+// first finds it passed moves sweepAt a period on, by compare-and-swap, so
+// exactly one goroutine sweeps per period, and sweeps: under the gate's
+// lock, it moves the parked items into the idle queue (judging a parked
+// item needs owning it: its fields belong to whoever holds it) and takes
+// out every expired one, each with a permit; then, outside the lock, it
+// destroys them. An expired idle item is so destroyed within a period of
+// the first lease or release after its expiry.
+//
+// With IdleTimeout and MaxLifetime both 0, sweepEvery is 0 and the lease
+// and release paths never read the clock for it: the fast path is as it
+// was. With them set, a lease or release adds one atomic load of sweepAt,
+// which is written once a period.
+//
+// With the upkeep on, an item that expired only by idling stays while
+// MinSize or fewer items exist: the upkeep would create it again at once.
+
+// expired says whether an idle item has outlived its lifetime or
+// IdleTimeout.
+func (p *Pool[T]) expired(e *entry[T], now int64) (reason, bool) {
+	if now > e.deadline {
+		return reasonLifetime, true
+	}
+	if p.opts.IdleTimeout > 0 && now-e.idleAt > int64(p.opts.IdleTimeout) {
+		return reasonIdle, true
+	}
+	return 0, false
+}
+
+// needsCheck says whether the Preparer must see an idle item: always when it
+// has never accepted the item, else when it sat idle for CheckAfterIdle
+// since its release or the upkeep's last check of it.
+func (p *Pool[T]) needsCheck(e *entry[T], now int64) bool {
+	return p.opts.Preparer != nil &&
+		(!e.checked || p.opts.CheckAfterIdle == 0 || now-max(e.idleAt, e.checkedAt) >= int64(p.opts.CheckAfterIdle))
+}
+
+// minSweepEvery bounds how often idle items are swept, whatever the limits.
+const minSweepEvery = int64(time.Millisecond)
+
+// sweepPeriod is sweepEvery for the given limits; 0 when neither is set.
+func sweepPeriod(idleTimeout, maxLifetime time.Duration) int64 {
+	limit := int64(0)
+	for _, d := range []time.Duration{idleTimeout, maxLifetime} {
+		if d > 0 && (limit == 0 || int64(d) < limit) {
+			limit = int64(d)
+		}
+	}
+	if limit == 0 {
+		return 0
+	}
+	return max(limit/2, minSweepEvery)
+}
+
+// deadline returns the pool clock past which an item created at now has
+// outlived its lifetime: MaxLifetime plus its share of MaxLifetimeJitter,
+// drawn once, here.
+func (p *Pool[T]) deadline(now int64) int64 {
+	if p.opts.MaxLifetime == 0 {
+		return math.MaxInt64
+	}
+	d := now + int64(p.opts.MaxLifetime)
+	if j := int64(p.opts.MaxLifetimeJitter); j > 0 {
+		d += rand.Int64N(j)
+	}
+	return d
+}
+
+// sweep destroys the idle items that have expired, if a sweep is due at
+// now and no other goroutine has claimed it. See Sweeping above.
+func (p *Pool[T]) sweep(now int64) {
+	at := p.sweepAt.Load()
+	if now < at || !p.sweepAt.CompareAndSwap(at, now+p.sweepEvery) {
+		return
+	}
+	p.destroyExpired(now)
+}
+
+// destroyExpired takes out and destroys every idle item expired at now.
+// Nobody waits for these destroys, so their errors and panics are logged,
+// not raised; the permits go back once all are destroyed, so that a lease
+// they let in meets the pool as the sweep leaves it.
+func (p *Pool[T]) destroyExpired(now int64) {
+	floor := 0
+	if p.opts.UpkeepInterval > 0 {
+		floor = p.opts.MinSize
+	}
+	es := p.g.takeExpired(func(e *entry[T]) (expired, idleOnly bool) {
+		why, expired := p.expired(e, now)
+		return expired, why == reasonIdle
+	}, floor)
+	if len(es) == 0 {
+		return
+	}
+	defer func() { // after a Goexit in Destroy too: see destroyAll
+		for range es {
+			p.g.free()
+		}
+	}()
+	b := destroyBatch[T]{p: p, es: es, why: func(e *entry[T]) reason {
+		why, _ := p.expired(e, now)
+		return why
+	}}
+	b.run()
+	if b.panicked != nil {
+		b.errs = append(b.errs, fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, b.panicked))
+	}
+	for _, err := range b.errs {
+		p.warn("destroy an expired item", err)
+	}
+}
