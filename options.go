@@ -139,8 +139,9 @@ type Options[T any] struct {
 
 // withDefaults returns o with the defaults filled in and checks the result.
 func (o Options[T]) withDefaults() (Options[T], error) {
-	if o.Name == "" {
-		o.Name = defaultName[T]()
+	fields := o.fields()
+	for _, f := range fields {
+		f.fillDefault()
 	}
 	// A typed nil in an interface is no value: a nil *sdkmetric.MeterProvider
 	// would panic inside the SDK, a nil Preparer on every lease.
@@ -150,30 +151,15 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	if isNil(o.Preparer) {
 		o.Preparer = nil
 	}
-	if o.MaxSize == 0 {
-		o.MaxSize = DefaultMaxSize
-	}
 	if o.MaxSize < 1 {
 		return o, fmt.Errorf("%w: MaxSize is %d, must be at least 1 (0 means %d)", ErrInvalidOptions, o.MaxSize, DefaultMaxSize)
 	}
 	if o.MinSize < 0 || o.MinSize > o.MaxSize {
 		return o, fmt.Errorf("%w: MinSize is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinSize, o.MaxSize)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"LeaseTimeout", o.LeaseTimeout},
-		{"PreparationTimeout", o.PreparationTimeout},
-		{"CreateTimeout", o.CreateTimeout},
-		{"IdleTimeout", o.IdleTimeout},
-		{"MaxLifetime", o.MaxLifetime},
-		{"CheckAfterIdle", o.CheckAfterIdle},
-		{"MaxLifetimeJitter", o.MaxLifetimeJitter},
-		{"UpkeepInterval", o.UpkeepInterval},
-	} {
-		if d.v < 0 {
-			return o, fmt.Errorf("%w: %s is %v, must not be negative (0 means no limit)", ErrInvalidOptions, d.name, d.v)
+	for _, f := range fields {
+		if d, ok := f.ptr.(*time.Duration); ok && *d < 0 {
+			return o, fmt.Errorf("%w: %s is %v, must not be negative (0 means no limit)", ErrInvalidOptions, f.name, *d)
 		}
 	}
 	if o.MaxLifetimeJitter > 0 && o.MaxLifetime == 0 {
@@ -242,98 +228,110 @@ func unqualify(name string) string {
 	return b.String()
 }
 
-// duration is a time.Duration that encodes as a Go duration string.
-type duration time.Duration
-
-// MarshalJSON implements json.Marshaler.
-func (d duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
-}
-
-// optionsJSON is the JSON form of Options that MarshalJSON writes: the
-// fields that can come from configuration, durations as strings.
-type optionsJSON struct {
-	Name               string   `json:"Name,omitempty"`
-	MinSize            int      `json:"MinSize"`
-	MaxSize            int      `json:"MaxSize"`
-	LeaseTimeout       duration `json:"LeaseTimeout"`
-	PreparationTimeout duration `json:"PreparationTimeout"`
-	CreateTimeout      duration `json:"CreateTimeout"`
-	IdleTimeout        duration `json:"IdleTimeout"`
-	MaxLifetime        duration `json:"MaxLifetime"`
-	CheckAfterIdle     duration `json:"CheckAfterIdle"`
-	MaxLifetimeJitter  duration `json:"MaxLifetimeJitter"`
-	UpkeepInterval     duration `json:"UpkeepInterval"`
-	TrackLeaseSites    bool     `json:"TrackLeaseSites"`
-}
-
-// configKey is one key that UnmarshalJSON reads: the name of its field, and
-// set, which decodes a JSON value other than null into that field and
-// leaves the field unchanged when it fails.
-type configKey struct {
+// optionField is one field of Options that a configuration can set: its
+// name, which is also its JSON key; where it lives in one Options value;
+// and the value it takes when left zero (nil: zero stays zero).
+type optionField struct {
 	name string
-	set  func(raw json.RawMessage) error
+	ptr  any // *string, *int, *bool or *time.Duration
+	def  any // of the type ptr points to
 }
 
-// configKeys lists the keys that UnmarshalJSON reads, each bound to its
-// field of o. This list alone makes a field configurable from JSON: a new
-// field that is neither function- nor interface-valued is added here (and
-// to optionsJSON, for MarshalJSON), and TestOptionsUnmarshalJSONKnowsEveryField
-// fails until it is. Fields tagged json:"-" stay out: they are code-only.
-func (o *Options[T]) configKeys() []configKey {
-	return []configKey{
-		{"Name", setJSON(&o.Name, "a string")},
-		{"MinSize", setJSON(&o.MinSize, "a whole number")},
-		{"MaxSize", setJSON(&o.MaxSize, "a whole number")},
-		{"LeaseTimeout", setDuration(&o.LeaseTimeout)},
-		{"PreparationTimeout", setDuration(&o.PreparationTimeout)},
-		{"CreateTimeout", setDuration(&o.CreateTimeout)},
-		{"IdleTimeout", setDuration(&o.IdleTimeout)},
-		{"MaxLifetime", setDuration(&o.MaxLifetime)},
-		{"CheckAfterIdle", setDuration(&o.CheckAfterIdle)},
-		{"MaxLifetimeJitter", setDuration(&o.MaxLifetimeJitter)},
-		{"UpkeepInterval", setDuration(&o.UpkeepInterval)},
-		{"TrackLeaseSites", setJSON(&o.TrackLeaseSites, "true or false")},
+// fields is the table of the configurable fields of o, in the order
+// MarshalJSON writes them. Everything that treats the fields one by one is
+// derived from it: the keys UnmarshalJSON reads, what MarshalJSON writes,
+// the defaults and the check that no duration is negative. A new field
+// that is neither function- nor interface-valued is added here, and
+// TestOptionsUnmarshalJSONKnowsEveryField fails until it is. Fields tagged
+// json:"-" stay out: they are set in code only.
+func (o *Options[T]) fields() []optionField {
+	return []optionField{
+		{name: "Name", ptr: &o.Name, def: defaultName[T]()},
+		{name: "MinSize", ptr: &o.MinSize},
+		{name: "MaxSize", ptr: &o.MaxSize, def: DefaultMaxSize},
+		{name: "LeaseTimeout", ptr: &o.LeaseTimeout},
+		{name: "PreparationTimeout", ptr: &o.PreparationTimeout},
+		{name: "CreateTimeout", ptr: &o.CreateTimeout},
+		{name: "IdleTimeout", ptr: &o.IdleTimeout},
+		{name: "MaxLifetime", ptr: &o.MaxLifetime},
+		{name: "CheckAfterIdle", ptr: &o.CheckAfterIdle},
+		{name: "MaxLifetimeJitter", ptr: &o.MaxLifetimeJitter},
+		{name: "UpkeepInterval", ptr: &o.UpkeepInterval},
+		{name: "TrackLeaseSites", ptr: &o.TrackLeaseSites},
 	}
 }
 
-// setJSON decodes a value as encoding/json decodes it into a V; want says
-// what a config file must hold instead when it does not fit.
-func setJSON[V any](dst *V, want string) func(json.RawMessage) error {
-	return func(raw json.RawMessage) error {
-		var v V
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return wantGot(want, raw)
+// fillDefault sets the field to its default when it is zero.
+func (f optionField) fillDefault() {
+	switch p := f.ptr.(type) {
+	case *string:
+		if *p == "" && f.def != nil {
+			*p = f.def.(string)
 		}
-		*dst = v
-		return nil
+	case *int:
+		if *p == 0 && f.def != nil {
+			*p = f.def.(int)
+		}
 	}
+}
+
+// set decodes a JSON value other than null into the field, leaving the
+// field unchanged when it fails.
+func (f optionField) set(raw json.RawMessage) error {
+	switch p := f.ptr.(type) {
+	case *string:
+		return setJSON(p, "a string", raw)
+	case *int:
+		return setJSON(p, "a whole number", raw)
+	case *bool:
+		return setJSON(p, "true or false", raw)
+	default:
+		return setDuration(f.ptr.(*time.Duration), raw)
+	}
+}
+
+// marshal writes the field's value as MarshalJSON does: durations as Go
+// duration strings.
+func (f optionField) marshal() ([]byte, error) {
+	if d, ok := f.ptr.(*time.Duration); ok {
+		return json.Marshal(d.String())
+	}
+	return json.Marshal(f.ptr)
+}
+
+// setJSON decodes raw as encoding/json decodes it into a V; want says what
+// a config file must hold instead when it does not fit.
+func setJSON[V any](dst *V, want string, raw json.RawMessage) error {
+	var v V
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return wantGot(want, raw)
+	}
+	*dst = v
+	return nil
 }
 
 // setDuration decodes a duration: a Go duration string ("1m30s") or a whole
 // number of nanoseconds, also in exponent form (1e9).
-func setDuration(dst *time.Duration) func(json.RawMessage) error {
-	return func(raw json.RawMessage) error {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				return wantGot(wantDuration, raw)
-			}
-			*dst = d
-			return nil
+func setDuration(dst *time.Duration, raw json.RawMessage) error {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return wantGot(wantDuration, raw)
 		}
-		num := string(bytes.TrimSpace(raw))
-		if n, err := strconv.ParseInt(num, 10, 64); err == nil {
-			*dst = time.Duration(n)
-			return nil
-		}
-		if f, err := strconv.ParseFloat(num, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < math.MaxInt64 {
-			*dst = time.Duration(f)
-			return nil
-		}
-		return wantGot(wantDuration, raw)
+		*dst = d
+		return nil
 	}
+	num := string(bytes.TrimSpace(raw))
+	if n, err := strconv.ParseInt(num, 10, 64); err == nil {
+		*dst = time.Duration(n)
+		return nil
+	}
+	if f, err := strconv.ParseFloat(num, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < math.MaxInt64 {
+		*dst = time.Duration(f)
+		return nil
+	}
+	return wantGot(wantDuration, raw)
 }
 
 const wantDuration = `a duration such as "30s" or "1m30s", or whole nanoseconds`
@@ -379,7 +377,7 @@ func shown(raw []byte) string {
 // key, in document order, is reported.
 func (o *Options[T]) UnmarshalJSON(data []byte) error {
 	next := *o
-	keys := next.configKeys()
+	keys := next.fields()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	tok, err := dec.Token()
 	if err != nil {
@@ -416,7 +414,7 @@ func (o *Options[T]) UnmarshalJSON(data []byte) error {
 }
 
 // setKey decodes one key's value into the field of keys it names.
-func setKey[T any](keys []configKey, key string, raw json.RawMessage) error {
+func setKey[T any](keys []optionField, key string, raw json.RawMessage) error {
 	null := string(bytes.TrimSpace(raw)) == "null"
 	k := findKey(keys, key)
 	switch {
@@ -442,7 +440,7 @@ func setKey[T any](keys []configKey, key string, raw json.RawMessage) error {
 
 // findKey returns the key that key names: the exact name, else one that
 // differs only in case, which is how encoding/json matches field names.
-func findKey(keys []configKey, key string) *configKey {
+func findKey(keys []optionField, key string) *optionField {
 	for i := range keys {
 		if keys[i].name == key {
 			return &keys[i]
@@ -472,7 +470,7 @@ func codeOnlyField[T any](key string) string {
 
 // nearestKey returns the configurable key closest to an unknown one, when
 // it is a likely typo of it (at most two edits away), or "".
-func nearestKey(keys []configKey, key string) string {
+func nearestKey(keys []optionField, key string) string {
 	best, bestDist := "", 3
 	for _, k := range keys {
 		if d := editDistance(key, k.name, bestDist); d < bestDist {
@@ -517,20 +515,25 @@ func editDistance(a, b string, limit int) int {
 }
 
 // MarshalJSON encodes the configurable fields of o, durations as Go
-// duration strings, in the form UnmarshalJSON reads.
+// duration strings, in the form UnmarshalJSON reads. An empty Name is left
+// out.
 func (o Options[T]) MarshalJSON() ([]byte, error) {
-	return json.Marshal(optionsJSON{
-		Name:               o.Name,
-		MinSize:            o.MinSize,
-		MaxSize:            o.MaxSize,
-		LeaseTimeout:       duration(o.LeaseTimeout),
-		PreparationTimeout: duration(o.PreparationTimeout),
-		CreateTimeout:      duration(o.CreateTimeout),
-		IdleTimeout:        duration(o.IdleTimeout),
-		MaxLifetime:        duration(o.MaxLifetime),
-		CheckAfterIdle:     duration(o.CheckAfterIdle),
-		MaxLifetimeJitter:  duration(o.MaxLifetimeJitter),
-		UpkeepInterval:     duration(o.UpkeepInterval),
-		TrackLeaseSites:    o.TrackLeaseSites,
-	})
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for _, f := range o.fields() {
+		if f.name == "Name" && o.Name == "" {
+			continue
+		}
+		v, err := f.marshal()
+		if err != nil {
+			return nil, err
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:", f.name)
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
