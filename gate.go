@@ -38,10 +38,10 @@ import (
 // processors) a goroutine preempted there sent the others to park on the
 // mutex, or kept a granted waiter asleep, and the runtime readied them
 // into a run queue behind a chain of hand-offs that can run for a whole
-// 10 ms time slice. Over 32 interleaved runs (bench/, Overload), the
-// median p99.9 wait fell from 10.7 ms to 1.8 ms (a channel's: 1.0 ms);
-// some runs still see 4–24 ms (see docs/DESIGN.md). Nothing done there
-// may block: acquire calls the ctx's Err and sync.Pool preemptible.
+// 10 ms time slice: the tail of the waits under overload (docs/DESIGN.md,
+// "The gate", has what this measured, and the runs it does not fix).
+// Nothing done there may block: acquire calls the ctx's Err and sync.Pool
+// preemptible.
 type gate[T any] struct {
 	slots slots[T] // the idle ring's per-processor slots: see ring.go
 
@@ -55,8 +55,8 @@ type gate[T any] struct {
 	idle      idleQueue[T]
 	// fastLeases counts the leases that acquire completed: counting
 	// them here, under the lock already held, saves an atomic add on a
-	// cache line of its own (measured: about 12 % of a sequential
-	// lease+release).
+	// cache line of its own (measured: docs/DESIGN.md, "Stats without a
+	// second truth").
 	fastLeases uint64
 	waiters    waitQueue[T]
 	drained    chan struct{} // made by the first Shutdown; closed when closed and held == 0
@@ -249,9 +249,10 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 // its room comes free, with nobody waiting. Turned off as soon as the last
 // waiter was granted, it let the next releases park their items where
 // leases on the fast path took them, past the leases still on their way
-// into the queue (blocked on g.mu): under overload (64 goroutines over 8
-// items, 2 processors) one lease in a thousand waited 17–27 ms, against
-// 1–5 ms with the slots off. Bypass on longer than needed costs speed only.
+// into the queue (blocked on g.mu): under overload one lease in a
+// thousand waited several times as long as with the slots off (see
+// docs/DESIGN.md, "The per-processor slots"). Bypass on longer than needed
+// costs speed only.
 func (g *gate[T]) setBypass() (cameOn bool) {
 	g.shrinking = g.held+g.idle.len() > g.size
 	if !g.bypassNeeded() || g.slots.bypass.Load() {

@@ -20,10 +20,10 @@ import (
 // release (an idle item, no look at it) record nothing either: the gauges
 // are observed in a callback that reads Stats, and the counts they need are
 // the ones the pool keeps anyway. That is why pool.lease.wait_time holds
-// only the leases that queued: a synchronous Record costs the SDK about
-// 130 ns, several times a whole lease and release, so recording a 0 for every
-// lease served without queueing would break the budget of 2× a lease and
-// release without metrics. pool.leases.granted (from Stats.Leases) counts
+// only the leases that queued: a synchronous Record costs the SDK several
+// times a whole lease and release (docs/DESIGN.md, "Metrics"), so recording
+// a 0 for every lease served without queueing would break the budget of 2×
+// a lease and release without metrics. pool.leases.granted (from Stats.Leases) counts
 // every successful lease, so the leases that waited 0 s are the difference.
 //
 // The attribute sets and option slices are made once, in New: a variadic

@@ -3,6 +3,7 @@ package pool
 import (
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 )
 
 // The idle ring holds the items waiting to be reused: a row of
@@ -69,7 +70,10 @@ import (
 
 // cacheLine is the padding between data that different processors write.
 // It is two 64-byte lines, because the adjacent-line prefetcher of x86 pulls
-// lines in pairs.
+// lines in pairs. The pads below are computed from unsafe.Sizeof, as
+// sync.Pool's are, so that they hold on every GOARCH: the size of a type
+// that depends on T is not a constant, so each pad measures a stand-in
+// with T's pointer or slice replaced by one of the same size.
 const cacheLine = 128
 
 // slot is one processor's parking place, and its share of the counters
@@ -77,6 +81,15 @@ const cacheLine = 128
 // so that no counter is a cache line both processors write. Stats sums them.
 type slot[T any] struct {
 	e atomic.Pointer[entry[T]]
+	slotCounters
+	_ [cacheLine - unsafe.Sizeof(struct {
+		_ atomic.Pointer[byte]
+		slotCounters
+	}{})%cacheLine]byte
+}
+
+// slotCounters are a slot's counters.
+type slotCounters struct {
 	// leases counts the leases completed on this slot's processor: taken
 	// from this slot, or through the gate. See countLease for who writes
 	// it and how.
@@ -85,15 +98,23 @@ type slot[T any] struct {
 	// and the time they spent queued; written as leases is (countWait).
 	waits    atomic.Uint64
 	waitTime atomic.Int64
-	_        [cacheLine - 32]byte
 }
 
 // slots is the row of per-processor slots. Its header is read on every
 // lease and release and written only when bypass changes, so it has a line
 // of its own, apart from the gate's mutex.
 type slots[T any] struct {
-	s      []slot[T] // immutable after init; len(s) is a power of two
-	mask   int       // len(s) - 1
+	s []slot[T] // immutable after init; len(s) is a power of two
+	slotsHeader
+	_ [cacheLine - unsafe.Sizeof(struct {
+		_ []byte
+		slotsHeader
+	}{})%cacheLine]byte
+}
+
+// slotsHeader is the row's header but for the row itself.
+type slotsHeader struct {
+	mask   int // len(s) - 1
 	bypass atomic.Bool
 	// overflowLeases, overflowWaits and overflowWaitTime count for the
 	// processors past the row's end (GOMAXPROCS grew after init): see
@@ -101,7 +122,6 @@ type slots[T any] struct {
 	overflowLeases   atomic.Uint64
 	overflowWaits    atomic.Uint64
 	overflowWaitTime atomic.Int64
-	_                [cacheLine - 64]byte
 }
 
 // init makes a slot for every processor that can run at once now. If
@@ -164,8 +184,8 @@ func (r *slots[T]) countWait(pid int, waited int64) {
 }
 
 // take (on lease) and park's fast path (on release) are written out in
-// Pool.lease and Pool.release: the two calls cost 1.5 ns of a 35 ns
-// lease+release.
+// Pool.lease and Pool.release, to save two calls on the fast path (see
+// docs/DESIGN.md, "The per-processor slots").
 
 // park parks e, an idle entry whose permit the caller holds, in the calling
 // processor's slot. It reports false, leaving e and its permit with the
