@@ -2,10 +2,22 @@ package pool
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 )
+
+// Errors: the sentinels, panics raised again away from where they
+// happened, and the errors that have no caller.
+//
+// The invariant: every failure reaches somebody. An error with a caller is
+// returned to it, wrapped with the pool's name; a panic of user code
+// reaches the caller whose call ran it, with the stack where it happened;
+// what has no caller (a failed Destroy on Release, the upkeep, an
+// abandoned creation) is counted in Stats and logged through
+// Options.Logger, by warn.
 
 // The sentinel errors. Every error the pool returns either is one of these,
 // wraps one of them, is the caller's ctx.Err(), or wraps an error returned by
@@ -78,4 +90,12 @@ func asError(v any) error {
 		return err
 	}
 	return fmt.Errorf("%v", v)
+}
+
+// warn logs, through Options.Logger, an error that has no caller to go to.
+func (p *Pool[T]) warn(msg string, err error) {
+	if l := p.opts.Logger; l != nil {
+		l.LogAttrs(context.Background(), slog.LevelWarn, "pool: "+msg,
+			slog.String("pool.name", p.opts.Name), slog.Any("err", err))
+	}
 }

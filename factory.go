@@ -5,6 +5,9 @@ import (
 	"io"
 )
 
+// What the pool asks of user code to create items, and how it disposes of
+// them when Options.Destroy is nil. Creation itself is in create.go.
+
 // Factory creates the items a pool lends.
 //
 // Create is called with a context that carries the values of the ctx given

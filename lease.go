@@ -12,6 +12,15 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
+// Lease handles and leak detection.
+//
+// The invariant: of all the handles that name an entry, copies and stale
+// ones alike, exactly one call ends each lease (the compare-and-swap on
+// entry.gen), so an item is never given back twice or used after its
+// lease ended; and while an item is leased only its handles reach its
+// entry, so a lease dropped without ending is found by the garbage
+// collector, at no cost per lease.
+
 // entry is one item and the pool's bookkeeping for it. While the item is
 // idle the idle ring (a slot or the queue) references its entry; while it
 // is leased only the

@@ -16,6 +16,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
+// Options: defaults, validation, and decoding from configuration.
+//
+// The invariant: the field table (fields) is the one list of the
+// configurable fields; the JSON keys, the encoder, the defaults and the
+// duration checks are derived from it, and a key that names no field, or a
+// value of the wrong form, is an error that names the key, never a silent
+// zero.
+
 // DefaultMaxSize is the MaxSize a pool gets when Options.MaxSize is 0.
 const DefaultMaxSize = 100
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -462,14 +461,6 @@ func (p *Pool[T]) detach(e *entry[T]) T {
 	p.c.mu.Unlock()
 	p.g.free()
 	return v
-}
-
-// warn logs, through Options.Logger, an error that has no caller to go to.
-func (p *Pool[T]) warn(msg string, err error) {
-	if l := p.opts.Logger; l != nil {
-		l.LogAttrs(context.Background(), slog.LevelWarn, "pool: "+msg,
-			slog.String("pool.name", p.opts.Name), slog.Any("err", err))
-	}
 }
 
 // Clear destroys the idle items, then creates idle items until MinSize are

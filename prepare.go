@@ -5,6 +5,13 @@ import (
 	"fmt"
 )
 
+// Preparing items on lease.
+//
+// The invariant: an item is seen by one Preparer call at a time, run by
+// whoever holds its permit while the item is out of the idle ring; and an
+// item whose preparation fails, panics or outlasts PreparationTimeout is
+// never handed out: it is destroyed.
+
 // Preparer checks an item's readiness when it is leased and restores it when
 // it is not ready: an SMTP connection the server dropped while it sat idle,
 // a session whose token expired.
