@@ -1,9 +1,13 @@
-// Command doccheck checks the documentation for .ci/check-docs. It has two
-// modes:
+// Command doccheck checks the documentation for .ci/check-docs. It has
+// three modes:
 //
 //	doccheck exported [dir]    every exported identifier of the package in
 //	                           dir (default ".") has a doc comment
-//	doccheck links file.md...  every relative link in the files resolves
+//	doccheck links markdown... every relative link in the markdown files
+//	                           resolves
+//	doccheck names [root]      every file that a Go comment or a markdown
+//	                           file under root (default ".") cites exists,
+//	                           and none cites an absolute path on a machine
 //
 // Each prints one line per problem, "file:line: what", and exits 1 when it
 // found any.
@@ -29,6 +33,12 @@ func main() {
 		problems, err = checkExported(dir)
 	case "links":
 		problems, err = checkLinks(os.Args[2:])
+	case "names":
+		root := "."
+		if len(os.Args) > 2 {
+			root = os.Args[2]
+		}
+		problems, err = checkNames(root)
 	default:
 		usage()
 	}
@@ -45,6 +55,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: doccheck exported [dir] | doccheck links file.md...")
+	fmt.Fprintln(os.Stderr, "usage: doccheck exported [dir] | doccheck links markdown... | doccheck names [root]")
 	os.Exit(2)
 }
