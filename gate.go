@@ -39,7 +39,8 @@ import (
 // mutex, or kept a granted waiter asleep, and the runtime readied them
 // into a run queue behind a chain of hand-offs that can run for a whole
 // 10 ms time slice: the tail of the waits under overload (docs/DESIGN.md,
-// "The gate", has what this measured, and the runs it does not fix).
+// "Not preempted while holding the lock", has what this measured, and the
+// runs it does not fix).
 // Nothing done there may block: acquire calls the ctx's Err and sync.Pool
 // preemptible.
 type gate[T any] struct {
@@ -251,7 +252,7 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 // leases on the fast path took them, past the leases still on their way
 // into the queue (blocked on g.mu): under overload one lease in a
 // thousand waited several times as long as with the slots off (see
-// docs/DESIGN.md, "The per-processor slots"). Bypass on longer than needed
+// docs/DESIGN.md, "The bypass protocol"). Bypass on longer than needed
 // costs speed only.
 func (g *gate[T]) setBypass() (cameOn bool) {
 	g.shrinking = g.held+g.idle.len() > g.size

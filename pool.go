@@ -180,7 +180,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 	}
 	// The fast path: an idle item parked in this processor's slot (see
 	// ring.go for the protocol; this is its "take", written out here, as
-	// park is in release: see docs/DESIGN.md, "The per-processor slots",
+	// park is in release: see docs/DESIGN.md, "Take and park, written out",
 	// for what the calls cost).
 	if r := &p.g.slots; !r.bypass.Load() {
 		pid := procPin()

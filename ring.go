@@ -185,7 +185,7 @@ func (r *slots[T]) countWait(pid int, waited int64) {
 
 // take (on lease) and park's fast path (on release) are written out in
 // Pool.lease and Pool.release, to save two calls on the fast path (see
-// docs/DESIGN.md, "The per-processor slots").
+// docs/DESIGN.md, "Take and park, written out").
 
 // park parks e, an idle entry whose permit the caller holds, in the calling
 // processor's slot. It reports false, leaving e and its permit with the
