@@ -10,6 +10,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestGeneratedIsCurrent checks that bench/workloads_gen_test.go is what
+// the go:generate line in bench/workloads_test.go writes now: a workload or
+// an adapter edited without go generate would otherwise be benchmarked as
+// it was.
+func TestGeneratedIsCurrent(t *testing.T) {
+	const dir, out = "../..", "workloads_gen_test.go"
+	src, err := os.ReadFile(filepath.Join(dir, "workloads_test.go"))
+	require.NoError(t, err)
+	var args []string
+	for line := range strings.Lines(string(src)) {
+		if rest, ok := strings.CutPrefix(line, "//go:generate go run ./cmd/monomorph "); ok {
+			args = strings.Fields(rest)
+		}
+	}
+	require.NotEmpty(t, args, "no go:generate line for cmd/monomorph in workloads_test.go")
+
+	want, err := generate(dir, out, args)
+	require.NoError(t, err)
+	have, err := os.ReadFile(filepath.Join(dir, out))
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(have), "%s is stale: run go generate in bench/", out)
+}
+
 // fixture is a package with two adapters and a workload, in the shape that
 // generate expects.
 var fixture = map[string]string{
