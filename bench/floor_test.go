@@ -143,7 +143,7 @@ func (r *skeletonSlots) parkAny(e *skeletonEntry) {
 func BenchmarkContendedWaits(b *testing.B) {
 	b.Run("pool=channel", func(b *testing.B) {
 		b.ReportAllocs()
-		p, c := openChannel(b, contItems)
+		p := openChannel(b, contItems)
 		b.SetParallelism(contParallelism)
 		var waits, leases atomic.Int64
 		b.ResetTimer()
@@ -158,13 +158,13 @@ func BenchmarkContendedWaits(b *testing.B) {
 					it = <-p.items
 				}
 				n++
-				p.release(it)
+				p.items <- it
 			}
 			waits.Add(w)
 			leases.Add(n)
 		})
 		b.StopTimer()
 		b.ReportMetric(float64(waits.Load())/float64(leases.Load()), "waits/lease")
-		closeChannel(b, p, c, contItems)
+		p.close(b)
 	})
 }

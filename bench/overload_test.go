@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -89,9 +88,9 @@ func (w *overloadWorker) hold(i int) {
 // runOverload runs b.N leases split over overloadGoroutines goroutines
 // (each gets b.N/64, the first b.N%64 one more), each goroutine running
 // loop over its own worker, and reports the wait's percentiles, the
-// throughput and the median work per lease. loop does len(w.wait) leases;
-// it is written per pool, with the pool's concrete types, as in the other
-// workloads. The goroutines start together, once the timer is running.
+// throughput and the median work per lease. loop does len(w.wait) leases
+// (overload's, over one adapter). The goroutines start together, once the
+// timer is running.
 func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 	b.Helper()
 	spins := calibrateSpin()
@@ -179,161 +178,12 @@ func percentile(sorted []time.Duration, perMille int) time.Duration {
 // fixed count (-benchtime Nx) so that every pool's percentiles come from
 // the same number of samples.
 func BenchmarkOverload(b *testing.B) {
-	for _, c := range []struct {
-		name string
-		run  func(b *testing.B, n int)
-	}{
-		{"msl", overloadMSL},
-		{"puddle", overloadPuddle},
-		{"commons", overloadCommons},
-		{"channel", overloadChannel},
-		{"semaphore", overloadSemaphore},
-		{"syncpool", overloadSyncPool},
-	} {
+	for _, c := range contenders {
 		b.Run("pool="+c.name, func(b *testing.B) {
 			b.ReportAllocs()
-			c.run(b, overloadItems)
+			c.overload(b, overloadItems)
 		})
 	}
-}
-
-func overloadMSL(b *testing.B, n int) {
-	p, c := openMSL(b, n)
-	ctx := context.Background()
-	runOverload(b, func(w *overloadWorker) {
-		for i := range w.wait {
-			t0 := time.Now()
-			l, err := p.Lease(ctx)
-			w.wait[i] = time.Since(t0)
-			if err != nil {
-				b.Errorf("Lease: %v", err)
-				return
-			}
-			if l.Value() == nil {
-				b.Error("Lease gave a nil item")
-				return
-			}
-			w.hold(i)
-			l.Release()
-		}
-	})
-	closeMSL(b, p, c, n)
-}
-
-func overloadPuddle(b *testing.B, n int) {
-	p, c := openPuddle(b, n)
-	ctx := context.Background()
-	runOverload(b, func(w *overloadWorker) {
-		for i := range w.wait {
-			t0 := time.Now()
-			r, err := p.Acquire(ctx)
-			w.wait[i] = time.Since(t0)
-			if err != nil {
-				b.Errorf("Acquire: %v", err)
-				return
-			}
-			if r.Value() == nil {
-				b.Error("Acquire gave a nil item")
-				return
-			}
-			w.hold(i)
-			r.Release()
-		}
-	})
-	closePuddle(b, p, c, n)
-}
-
-func overloadCommons(b *testing.B, n int) {
-	p, c := openCommons(b, n)
-	ctx := context.Background()
-	runOverload(b, func(w *overloadWorker) {
-		for i := range w.wait {
-			t0 := time.Now()
-			o, err := p.BorrowObject(ctx)
-			w.wait[i] = time.Since(t0)
-			if err != nil {
-				b.Errorf("BorrowObject: %v", err)
-				return
-			}
-			it, ok := o.(*item)
-			if !ok || it == nil {
-				b.Errorf("BorrowObject gave %T %v, want a non-nil *item", o, o)
-				return
-			}
-			w.hold(i)
-			if err := p.ReturnObject(ctx, it); err != nil {
-				b.Errorf("ReturnObject: %v", err)
-				return
-			}
-		}
-	})
-	closeCommons(b, p, c, n)
-}
-
-func overloadChannel(b *testing.B, n int) {
-	p, c := openChannel(b, n)
-	ctx := context.Background()
-	runOverload(b, func(w *overloadWorker) {
-		for i := range w.wait {
-			t0 := time.Now()
-			it, err := p.lease(ctx)
-			w.wait[i] = time.Since(t0)
-			if err != nil {
-				b.Errorf("lease: %v", err)
-				return
-			}
-			if it == nil {
-				b.Error("lease gave a nil item")
-				return
-			}
-			w.hold(i)
-			p.release(it)
-		}
-	})
-	closeChannel(b, p, c, n)
-}
-
-func overloadSemaphore(b *testing.B, n int) {
-	p, c := openSemaphore(b, n)
-	ctx := context.Background()
-	runOverload(b, func(w *overloadWorker) {
-		for i := range w.wait {
-			t0 := time.Now()
-			it, err := p.lease(ctx)
-			w.wait[i] = time.Since(t0)
-			if err != nil {
-				b.Errorf("lease: %v", err)
-				return
-			}
-			if it == nil {
-				b.Error("lease gave a nil item")
-				return
-			}
-			w.hold(i)
-			p.release(it)
-		}
-	})
-	closeSemaphore(b, p, c, n)
-}
-
-// overloadSyncPool has no bound, so no goroutine ever waits: each Get
-// returns an idle item or makes one, up to one per goroutine. Its
-// percentiles are the cost of Get itself, the floor for the others.
-func overloadSyncPool(b *testing.B, n int) {
-	p, _ := openSyncPool(b, n)
-	runOverload(b, func(w *overloadWorker) {
-		for i := range w.wait {
-			t0 := time.Now()
-			it, ok := p.Get().(*item)
-			w.wait[i] = time.Since(t0)
-			if !ok || it == nil {
-				b.Error("Get gave no *item")
-				return
-			}
-			w.hold(i)
-			p.Put(it)
-		}
-	})
 }
 
 // TestPercentile checks the nearest-rank definition on small cases.

@@ -39,8 +39,8 @@ var speedTargets = []speedTarget{
 	{workload: "Parallel", procs: 2, other: "puddle", factor: 0.15},
 	{workload: "Parallel", procs: 2, other: "syncpool", factor: 4},
 	{workload: "Contended", procs: 2, other: "puddle", factor: 0.4},
-	// The second round's (issue 14): one processor, against the simplest
-	// bounded pool, the floor and the channel.
+	// At one processor: against the simplest bounded pool, the floor and
+	// the channel (docs/DESIGN.md, "Floors").
 	{workload: "Sequential", procs: 1, other: "semaphore", factor: 0.85},
 	{workload: "Parallel", procs: 1, other: "semaphore", factor: 0.85},
 	{workload: "Sequential", procs: 1, other: "syncpool", factor: 1.5},
