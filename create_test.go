@@ -152,7 +152,7 @@ func TestNewSeedPanicDestroysCreatedItems(t *testing.T) {
 		t.Run(fmt.Sprintf("panics on call %d", k), func(t *testing.T) {
 			tr := &tracker{}
 			f := &seedFactory{tr: tr, k: k, panicVal: "opt: factory panic"}
-			v := lcRecover(func() {
+			v, _ := catchPanic(func() {
 				_, _ = New[*conn](context.Background(), f, Options[*conn]{MinSize: 3, Destroy: tr.destroy})
 			})
 			assert.Equal(t, "opt: factory panic", panicValue(v), "the panic reaches New's caller")
@@ -248,7 +248,7 @@ func TestLifecycleFactoryPanicReachesCaller(t *testing.T) {
 			t.Cleanup(func() { _ = p.Close() })
 
 			for i := range maxSize + 1 { // more panics than permits
-				v := lcRecover(func() { _, _ = p.Lease(kind.ctx(t)) })
+				v, _ := catchPanic(func() { _, _ = p.Lease(kind.ctx(t)) })
 				assert.Equal(t, "lc: factory panic", panicValue(v), "panic %d reaches the caller", i)
 				require.Zero(t, p.Stats().ActiveLeases, "after panic %d every permit is in place", i)
 			}

@@ -65,7 +65,7 @@ func TestLifecycleDestroyPanicOnDiscardFreesPermit(t *testing.T) {
 	}})
 	l := mustLease(t, p)
 
-	v := lcRecover(l.Discard)
+	v, _ := catchPanic(l.Discard)
 	assert.Equal(t, "lc: Destroy panic", v)
 	s := p.Stats()
 	assert.Zero(t, s.ActiveLeases)
@@ -117,7 +117,7 @@ func TestLifecycleCloseDestroyPanicStillDestroysTheRest(t *testing.T) {
 		l.Release()
 	}
 
-	v := lcRecover(func() { _ = p.Close() })
+	v, _ := catchPanic(func() { _ = p.Close() })
 	assert.Equal(t, "lc: Destroy panic", panicValue(v), "the panic reaches Close's caller")
 	mu.Lock()
 	assert.ElementsMatch(t, []int{1, 2, 3}, destroyed, "every idle item is destroyed")

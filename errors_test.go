@@ -61,7 +61,7 @@ func TestPanicRaisedAgainCarriesUserStack(t *testing.T) {
 		defer p.Close()
 		ctx, cancel := context.WithCancel(context.Background()) // a ctx that can end: the factory runs on its own goroutine
 		defer cancel()
-		v := lcRecover(func() { _, _ = p.Lease(ctx) })
+		v, _ := catchPanic(func() { _, _ = p.Lease(ctx) })
 		err, ok := v.(error)
 		require.True(t, ok, "the panic value is an error: %T", v)
 		assert.ErrorIs(t, err, errBoom, "it unwraps to the factory's own panic value")
@@ -72,7 +72,7 @@ func TestPanicRaisedAgainCarriesUserStack(t *testing.T) {
 		tr := &tracker{}
 		p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 2, MaxSize: 2, Destroy: panickingDestroy})
 		require.NoError(t, err)
-		v := lcRecover(func() { _ = p.Close() })
+		v, _ := catchPanic(func() { _ = p.Close() })
 		require.NotNil(t, v)
 		assert.Equal(t, "ed: Destroy panic", panicValue(v))
 		assert.Contains(t, fmt.Sprint(v), "panickingDestroy", "the message shows Destroy's frame")
@@ -109,7 +109,7 @@ func TestGoexitInAnyCallbackLosesNothing(t *testing.T) {
 		"factory on its own goroutine": {
 			opts: func(tr *tracker, goexit func()) Options[*conn] { return Options[*conn]{} },
 			run: func(t *testing.T, p *Pool[*conn]) {
-				onOwnGoroutine(t, func() { _ = lcRecover(func() { _, _ = p.Lease(cancelable) }) })
+				onOwnGoroutine(t, func() { _, _ = catchPanic(func() { _, _ = p.Lease(cancelable) }) })
 			},
 		},
 		"IsReady": {

@@ -45,7 +45,7 @@ func TestLifecycleValueAndDetachPanicOnEndedLease(t *testing.T) {
 				}
 				before := p.Stats()
 
-				v := lcRecover(func() { m.call(l) })
+				v, _ := catchPanic(func() { m.call(l) })
 				require.NotNil(t, v, "%s panics", m.name)
 				msg := fmt.Sprint(v)
 				assert.Contains(t, msg, "Lease."+m.name)
@@ -155,12 +155,11 @@ func TestCopiesRacingToEndALeaseEndItOnce(t *testing.T) {
 				case 2:
 					// Detach panics when another copy won; that is its
 					// contract for an ended lease.
-					func() {
-						defer func() { _ = recover() }()
+					_, _ = catchPanic(func() {
 						v := c.Detach()
 						detached.Add(1)
 						assert.NoError(t, tr.destroy(v))
-					}()
+					})
 				}
 			})
 		}

@@ -83,23 +83,16 @@ func TestTryLeaseDoesNotOvertakeQueuedLeases(t *testing.T) {
 	awaitLease(t, got).l.Release()
 }
 
-// edRecoverString calls f and returns what it panicked with, printed.
-func edRecoverString(f func()) string {
-	v := lcRecover(f)
-	if v == nil {
-		return ""
-	}
-	return fmt.Sprint(v)
-}
-
 func TestNilContextPanicsAtEveryEntryPoint(t *testing.T) {
 	var nilCtx context.Context // a nil interface, as a caller's mistake makes it
 	f := FactoryFunc[*conn](func(context.Context) (*conn, error) { return &conn{}, nil })
 
-	assert.Equal(t, errNilContext, edRecoverString(func() { _, _ = New(nilCtx, f, Options[*conn]{}) }), "New")
-	assert.Equal(t, errNilContext, edRecoverString(func() {
+	v, _ := catchPanic(func() { _, _ = New(nilCtx, f, Options[*conn]{}) })
+	assert.Equal(t, errNilContext, fmt.Sprint(v), "New")
+	v, _ = catchPanic(func() {
 		_, _ = New(nilCtx, f, Options[*conn]{CreateTimeout: time.Second, MinSize: 1})
-	}), "New with CreateTimeout and MinSize")
+	})
+	assert.Equal(t, errNilContext, fmt.Sprint(v), "New with CreateTimeout and MinSize")
 
 	for _, state := range []string{"empty", "an item idle", "full"} {
 		t.Run(state, func(t *testing.T) {
@@ -112,8 +105,10 @@ func TestNilContextPanicsAtEveryEntryPoint(t *testing.T) {
 				defer held.Release()
 			}
 			before := p.Stats()
-			assert.Equal(t, errNilContext, edRecoverString(func() { _, _ = p.Lease(nilCtx) }), "Lease")
-			assert.Equal(t, errNilContext, edRecoverString(func() { _, _ = p.TryLease(nilCtx) }), "TryLease")
+			v, _ := catchPanic(func() { _, _ = p.Lease(nilCtx) })
+			assert.Equal(t, errNilContext, fmt.Sprint(v), "Lease")
+			v, _ = catchPanic(func() { _, _ = p.TryLease(nilCtx) })
+			assert.Equal(t, errNilContext, fmt.Sprint(v), "TryLease")
 			after := p.Stats()
 			assert.Equal(t, before.ItemsAvailable, after.ItemsAvailable, "no item was taken")
 			assert.Equal(t, before.ActiveLeases, after.ActiveLeases, "nothing was leased")
@@ -122,7 +117,8 @@ func TestNilContextPanicsAtEveryEntryPoint(t *testing.T) {
 	}
 
 	p, _ := newTracked(t, Options[*conn]{})
-	assert.Equal(t, errNilContext, edRecoverString(func() { _ = p.Shutdown(nilCtx) }), "Shutdown")
+	v, _ = catchPanic(func() { _ = p.Shutdown(nilCtx) })
+	assert.Equal(t, errNilContext, fmt.Sprint(v), "Shutdown")
 }
 
 func TestEndedContextTakesNothing(t *testing.T) {
@@ -243,7 +239,7 @@ func TestLifecycleResetFailureDestroysItem(t *testing.T) {
 			l := mustLease(t, p)
 			item := l.Value()
 
-			v := lcRecover(l.Release)
+			v, _ := catchPanic(l.Release)
 			assert.Equal(t, tt.wantPanic, v, "a panic in Reset reaches the Release caller")
 			s := p.Stats()
 			assert.True(t, item.closed.Load(), "the item is destroyed")

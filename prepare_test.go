@@ -217,7 +217,7 @@ func TestLifecyclePreparerPanicReachesCaller(t *testing.T) {
 			}
 			lp.set(func(context.Context, *conn) (bool, error) { panic("lc: IsReady panic") }, nil)
 
-			v := lcRecover(func() { _, _ = p.Lease(context.Background()) })
+			v, _ := catchPanic(func() { _, _ = p.Lease(context.Background()) })
 			assert.Equal(t, "lc: IsReady panic", v)
 			s := p.Stats()
 			assert.Zero(t, s.ActiveLeases, "the permit is returned")

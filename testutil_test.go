@@ -323,11 +323,11 @@ func lcRecv[V any](t *testing.T, ch <-chan V, what string) V {
 	}
 }
 
-// lcRecover calls f and returns what it panicked with (nil: no panic).
-func lcRecover(f func()) (v any) {
-	defer func() { v = recover() }()
-	f()
-	return nil
+// lcRecover is catchPanic without its second result, for fuzz_test.go,
+// which still calls it; the other tests call catchPanic.
+func lcRecover(f func()) any {
+	v, _ := catchPanic(f)
+	return v
 }
 
 // setFakeClock installs a fake clock; call it right after New.
