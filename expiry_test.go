@@ -185,9 +185,11 @@ func TestSweepPeriod(t *testing.T) {
 	assert.Equal(t, ms, sweepPeriod(time.Microsecond, 0), "at least a millisecond")
 }
 
-// lightLoad is the scenario of issue 12: a burst of 10 leases released
-// together, then one lease every millisecond for a second, on the pool's
-// fake clock. It returns the pool's Stats at the end, and how many items
+// lightLoad is the load after which, in the package documentation's
+// "Upkeep", a lightly used pool shrinks back to what its load needs, while
+// the processors' slots would serve it from the same items forever: a
+// burst of 10 leases released together, then one lease every millisecond
+// for a second, on the pool's fake clock. It returns the pool's Stats at the end, and how many items
 // the load may keep in use: one, or in the portable build, where a
 // goroutine's processor hint is not sticky under -race (sync.Pool drops
 // the token at random there), one per slot and one more: each lease may

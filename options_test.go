@@ -129,7 +129,7 @@ func TestDefaultName(t *testing.T) {
 		want string
 	}{
 		{"pointer to a named type", defaultName[*bytes.Buffer], "Buffer.Pool"},
-		{"SPEC's example *sql.Conn", defaultName[*sql.Conn], "Conn.Pool"},
+		{"Options.Name's example *sql.Conn", defaultName[*sql.Conn], "Conn.Pool"},
 		{"pointer to a pointer", defaultName[**bytes.Buffer], "Buffer.Pool"},
 		{"named type of this package", defaultName[*conn], "conn.Pool"},
 		{"predeclared type", defaultName[int], "int.Pool"},
@@ -213,7 +213,7 @@ func TestOptionsUnmarshalJSON(t *testing.T) {
 		in    string
 		want  func(*Options[*conn])
 	}{
-		{"SPEC's example", Options[*conn]{}, `{"MaxSize": 20, "LeaseTimeout": "30s"}`, func(o *Options[*conn]) {
+		{"Options.UnmarshalJSON's example", Options[*conn]{}, `{"MaxSize": 20, "LeaseTimeout": "30s"}`, func(o *Options[*conn]) {
 			o.MaxSize, o.LeaseTimeout = 20, 30*time.Second
 		}},
 		{"every field, durations as strings", Options[*conn]{}, `{"Name": "p", "MinSize": 1, "MaxSize": 2,
