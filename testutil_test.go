@@ -166,13 +166,13 @@ func assertAtRest(t *testing.T, p *Pool[*conn]) {
 		"at rest Created == Destroyed + Detached + ItemsAllocated; stats %+v", s)
 }
 
-// checkInvariants checks, while load runs, what SPEC.md promises at every
-// instant, and reports each violation with t.Errorf (safe from any
-// goroutine). live is the number of items in existence by the test
-// factory's own count (from the start of Create to the end of Destroy), or
-// nil when the factory keeps none. It reports whether everything held. For
-// a pool whose MaxSize never changes; see sizeWindow for one that
-// SetMaxSize resizes.
+// checkInvariants checks, while load runs, what the package documentation
+// promises in every snapshot ("Stats"), and reports each violation with
+// t.Errorf (safe from any goroutine). live is the number of items in
+// existence by the test factory's own count (from the start of Create to
+// the end of Destroy), or nil when the factory keeps none. It reports
+// whether everything held. For a pool whose MaxSize never changes; see
+// sizeWindow for one that SetMaxSize resizes.
 //
 //   - The cap on items in existence: live <= MaxSize.
 //   - The derived figures stay within the cap: 0 <= ActiveLeases,
