@@ -68,7 +68,7 @@ func TestNewSeedsInParallel(t *testing.T) {
 
 // seedFactory wraps a tracker for seeding: its k-th call (from 1) fails
 // with fail, or panics with panicVal when that is set. It remembers every
-// conn it made. New seeds on the calling goroutine, one item at a time.
+// conn it made, on whichever goroutine New's seeding called it.
 type seedFactory struct {
 	tr       *tracker
 	k        int
