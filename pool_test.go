@@ -158,40 +158,75 @@ func TestEndedContextTakesNothing(t *testing.T) {
 			})
 		}
 	}
+
+	// Ended after the lease's first look at it, with every item in use:
+	// the lease must not queue (LeaseTimeout ends it if it does, as
+	// nothing ends a wait on endingCtx).
+	t.Run("ending as the lease queues", func(t *testing.T) {
+		p, _ := newTracked(t, Options[*conn]{MaxSize: 1, LeaseTimeout: testWait})
+		held := mustLease(t, p)
+		defer held.Release()
+		_, err := p.Lease(&endingCtx{Context: bg})
+		require.ErrorIs(t, err, context.Canceled)
+		s := p.Stats()
+		assert.Zero(t, s.Waits, "the lease never queued")
+		assert.Zero(t, s.QueuedLeases)
+		assert.EqualValues(t, 1, s.Canceled, "counted as Canceled")
+		assert.Equal(t, 1, s.ActiveLeases, "only the held lease")
+	})
+}
+
+// canceledCallerCtxs are a ctx that ended before the lease and one that
+// ends as the lease runs, after its first look at the ctx: the lease gets
+// as far as the check or the creation, and must stop there.
+var canceledCallerCtxs = []struct {
+	name string
+	ctx  func() context.Context
+}{
+	{"ended before the lease", func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}},
+	{"ending as the lease runs", func() context.Context { return &endingCtx{Context: context.Background()} }},
 }
 
 func TestLifecycleCanceledCallerLeavesIdleItemUnchecked(t *testing.T) {
-	prep := &testPreparer{}
-	p, tr := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: prep})
-	l := mustLease(t, p) // fresh: checked once
-	first := l.Value()
-	l.Release()
+	for _, tc := range canceledCallerCtxs {
+		t.Run(tc.name, func(t *testing.T) {
+			prep := &testPreparer{}
+			p, tr := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: prep})
+			l := mustLease(t, p) // fresh: checked once
+			first := l.Value()
+			l.Release()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := p.TryLease(ctx) // a permit is free: the lease gets as far as the check
-	require.ErrorIs(t, err, context.Canceled)
+			_, err := p.TryLease(tc.ctx()) // a permit is free: the lease gets as far as the check
+			require.ErrorIs(t, err, context.Canceled)
 
-	checks, _ := prep.seen()
-	assert.Equal(t, []int{first.id}, checks, "no check ran for a caller that had given up")
-	s := p.Stats()
-	assert.Equal(t, 1, s.ItemsAvailable, "the idle item went back, unharmed")
-	assert.Equal(t, 0, s.ActiveLeases)
-	assert.EqualValues(t, 0, s.PrepareFailed)
-	assert.EqualValues(t, 1, s.Canceled)
-	assert.False(t, first.closed.Load())
-	assert.EqualValues(t, 1, tr.created.Load())
+			checks, _ := prep.seen()
+			assert.Equal(t, []int{first.id}, checks, "no check ran for a caller that had given up")
+			s := p.Stats()
+			assert.Equal(t, 1, s.ItemsAvailable, "the idle item went back, unharmed")
+			assert.Equal(t, 0, s.ActiveLeases)
+			assert.EqualValues(t, 0, s.PrepareFailed)
+			assert.EqualValues(t, 1, s.Canceled)
+			assert.False(t, first.closed.Load())
+			assert.EqualValues(t, 1, tr.created.Load())
+		})
+	}
 }
 
 func TestLifecycleCanceledCallerStartsNoCreation(t *testing.T) {
-	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := p.TryLease(ctx)
-	require.ErrorIs(t, err, context.Canceled)
-	assert.EqualValues(t, 0, tr.live.Load(), "no dial for a caller that had given up")
-	assert.Equal(t, 0, p.Stats().ActiveLeases, "the permit came back")
-	assertAtRest(t, p)
+	for _, tc := range canceledCallerCtxs {
+		t.Run(tc.name, func(t *testing.T) {
+			p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+			_, err := p.TryLease(tc.ctx())
+			require.ErrorIs(t, err, context.Canceled)
+			assert.EqualValues(t, 0, tr.live.Load(), "no dial for a caller that had given up")
+			assert.Equal(t, 0, p.Stats().ActiveLeases, "the permit came back")
+			assertAtRest(t, p)
+		})
+	}
 }
 
 func TestLifecycleResetRunsOnRelease(t *testing.T) {

@@ -455,3 +455,18 @@ func upkeptPool(t *testing.T, opts Options[*conn]) (*Pool[*conn], *tracker, *fak
 	p, tr := newTracked(t, opts)
 	return p, tr, setFakeClock(p)
 }
+
+// endingCtx is a caller's ctx that ends while its lease runs: Err reports
+// nil at the first call (the lease's first look) and context.Canceled at
+// every later one. Done is nil, so nothing waits for it to end.
+type endingCtx struct {
+	context.Context
+	looks atomic.Int32
+}
+
+func (c *endingCtx) Err() error {
+	if c.looks.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
+}
