@@ -5,17 +5,16 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"reflect"
 	"sort"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // optBox is a generic item type, for the default names of instantiated types.
@@ -29,43 +28,8 @@ type optItem struct{}
 type optPreparer struct{ calls int }
 
 func (p *optPreparer) IsReady(context.Context, *conn) (bool, error) { p.calls++; return true, nil }
-func (p *optPreparer) Prepare(context.Context, *conn) error         { return nil }
 
-// optSeedFactory wraps a tracker for seeding: its k-th call (from 1) fails
-// with fail, or panics with panicVal when that is set. It remembers every
-// conn it made. New seeds on the calling goroutine, one item at a time.
-type optSeedFactory struct {
-	tr       *tracker
-	k        int
-	fail     error
-	panicVal any
-
-	mu    sync.Mutex // New seeds in parallel
-	calls int
-	conns []*conn
-}
-
-func (f *optSeedFactory) Create(ctx context.Context) (*conn, error) {
-	f.mu.Lock()
-	f.calls++
-	call := f.calls
-	f.mu.Unlock()
-	if call == f.k {
-		if f.panicVal != nil {
-			panic(f.panicVal)
-		}
-		return nil, f.fail
-	}
-	c, err := f.tr.Create(ctx)
-	if err == nil {
-		f.mu.Lock()
-		f.conns = append(f.conns, c)
-		f.mu.Unlock()
-	}
-	return c, err
-}
-
-var errOptSeed = errors.New("opt: seed dial refused")
+func (p *optPreparer) Prepare(context.Context, *conn) error { return nil }
 
 func TestNewRejectsInvalidOptions(t *testing.T) {
 	tr := &tracker{}
@@ -105,6 +69,12 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 	assert.Zero(t, tr.live.Load())
 }
 
+func TestMaxLifetimeJitterNeedsMaxLifetime(t *testing.T) {
+	_, err := New(context.Background(), &tracker{}, Options[*conn]{MaxLifetimeJitter: time.Second})
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+	assert.ErrorContains(t, err, "MaxLifetimeJitter")
+}
+
 func TestNewAcceptsValidOptions(t *testing.T) {
 	cases := []struct {
 		name             string
@@ -134,6 +104,24 @@ func TestNewAcceptsValidOptions(t *testing.T) {
 	}
 }
 
+// noopPreparer is a Preparer whose typed nil a caller may pass.
+type noopPreparer struct{}
+
+func (*noopPreparer) IsReady(context.Context, *conn) (bool, error) { return true, nil }
+
+func (*noopPreparer) Prepare(context.Context, *conn) error { return nil }
+
+func TestTypedNilOptionsAreTreatedAsNil(t *testing.T) {
+	var mp *sdkmetric.MeterProvider
+	var prep *noopPreparer
+	p, _ := newTracked(t, Options[*conn]{MeterProvider: mp, Preparer: prep})
+	l, err := p.Lease(context.Background())
+	require.NoError(t, err)
+	l.Release()
+	assert.Nil(t, p.m, "no metrics from a nil MeterProvider")
+	assert.Nil(t, p.opts.Preparer)
+}
+
 func TestDefaultName(t *testing.T) {
 	cases := []struct {
 		name string
@@ -141,7 +129,7 @@ func TestDefaultName(t *testing.T) {
 		want string
 	}{
 		{"pointer to a named type", defaultName[*bytes.Buffer], "Buffer.Pool"},
-		{"SPEC's example *sql.Conn", defaultName[*sql.Conn], "Conn.Pool"},
+		{"Options.Name's example *sql.Conn", defaultName[*sql.Conn], "Conn.Pool"},
 		{"pointer to a pointer", defaultName[**bytes.Buffer], "Buffer.Pool"},
 		{"named type of this package", defaultName[*conn], "conn.Pool"},
 		{"predeclared type", defaultName[int], "int.Pool"},
@@ -181,83 +169,15 @@ func TestNewName(t *testing.T) {
 	}
 }
 
-func TestNewSeedsMinSizeItems(t *testing.T) {
-	for _, minSize := range []int{0, 1, 3, 5} {
-		t.Run(fmt.Sprintf("MinSize=%d", minSize), func(t *testing.T) {
-			p, tr := newTracked(t, Options[*conn]{MinSize: minSize, MaxSize: 5})
-			st := p.Stats()
-			assert.Equal(t, int64(minSize), tr.created.Load())
-			assert.Equal(t, int64(minSize), tr.live.Load())
-			assert.Equal(t, uint64(minSize), st.Created)
-			assert.Equal(t, minSize, st.ItemsAvailable)
-			assert.Equal(t, minSize, st.ItemsAllocated)
-			assert.Zero(t, st.ActiveLeases)
-			assert.Zero(t, st.Destroyed)
-		})
-	}
-}
-
-func TestNewSeedFailureDestroysCreatedItems(t *testing.T) {
-	for _, k := range []int{1, 2, 4} {
-		t.Run(fmt.Sprintf("fails on call %d", k), func(t *testing.T) {
-			tr := &tracker{}
-			f := &optSeedFactory{tr: tr, k: k, fail: errOptSeed}
-			p, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 4, MaxSize: 4, Destroy: tr.destroy})
-			require.Error(t, err)
-			assert.Nil(t, p)
-			assert.ErrorIs(t, err, errOptSeed)
-			assert.NotErrorIs(t, err, ErrInvalidOptions)
-			// The creations run in parallel (TestNewSeedFailureCancelsTheRest
-			// checks that a failure cancels the rest): every one may have run.
-			assert.Zero(t, tr.live.Load(), "items created beside the failure leaked")
-			for _, c := range f.conns {
-				assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
-			}
-		})
-	}
-}
-
-func TestNewSeedFailureDestroysWithDefaultDisposal(t *testing.T) {
-	tr := &tracker{}
-	f := &optSeedFactory{tr: tr, k: 3, fail: errOptSeed}
-	_, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 3}) // no Destroy: conn is an io.Closer
-	require.ErrorIs(t, err, errOptSeed)
-	require.Len(t, f.conns, 2)
-	for _, c := range f.conns {
-		assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
-	}
-}
-
-func TestNewSeedFailureJoinsDestroyErrors(t *testing.T) {
-	errDestroy := errors.New("opt: close failed")
-	tr := &tracker{}
-	f := &optSeedFactory{tr: tr, k: 3, fail: errOptSeed}
-	destroy := func(c *conn) error {
-		_ = tr.destroy(c)
-		return errDestroy
-	}
-	_, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 3, Destroy: destroy})
-	assert.ErrorIs(t, err, errOptSeed)
-	assert.ErrorIs(t, err, errDestroy)
-	assert.Zero(t, tr.live.Load())
-}
-
-func TestNewSeedPanicDestroysCreatedItems(t *testing.T) {
-	for _, k := range []int{1, 3} {
-		t.Run(fmt.Sprintf("panics on call %d", k), func(t *testing.T) {
-			tr := &tracker{}
-			f := &optSeedFactory{tr: tr, k: k, panicVal: "opt: factory panic"}
-			v := lcRecover(func() {
-				_, _ = New[*conn](context.Background(), f, Options[*conn]{MinSize: 3, Destroy: tr.destroy})
-			})
-			assert.Equal(t, "opt: factory panic", panicValue(v), "the panic reaches New's caller")
-			assert.LessOrEqual(t, len(f.conns), 2, "the creations run in parallel: the others may have finished")
-			assert.Zero(t, tr.live.Load(), "items created beside the panic leaked")
-			for _, c := range f.conns {
-				assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
-			}
-		})
-	}
+func TestNameAppearsInErrorsAndStats(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1})
+	assert.Equal(t, "conn.Pool", p.Name())
+	assert.Equal(t, "conn.Pool", p.Stats().Name)
+	l, err := p.Lease(bg)
+	require.NoError(t, err)
+	_, err = p.TryLease(bg)
+	assert.True(t, strings.Contains(err.Error(), "conn.Pool"), err.Error())
+	l.Release()
 }
 
 // optConfigurable is the configurable part of Options, comparable with ==.
@@ -293,7 +213,7 @@ func TestOptionsUnmarshalJSON(t *testing.T) {
 		in    string
 		want  func(*Options[*conn])
 	}{
-		{"SPEC's example", Options[*conn]{}, `{"MaxSize": 20, "LeaseTimeout": "30s"}`, func(o *Options[*conn]) {
+		{"Options.UnmarshalJSON's example", Options[*conn]{}, `{"MaxSize": 20, "LeaseTimeout": "30s"}`, func(o *Options[*conn]) {
 			o.MaxSize, o.LeaseTimeout = 20, 30*time.Second
 		}},
 		{"every field, durations as strings", Options[*conn]{}, `{"Name": "p", "MinSize": 1, "MaxSize": 2,
@@ -489,7 +409,7 @@ func TestOptionsUnmarshalJSONRejectsMalformedInput(t *testing.T) {
 
 // Every Options field is either tagged json:"-" and refused as code-only,
 // or a key UnmarshalJSON reads: a configurable field added to Options but
-// not to configKeys fails here.
+// not to the fields table (Options.fields) fails here.
 func TestOptionsUnmarshalJSONKnowsEveryField(t *testing.T) {
 	typ := reflect.TypeFor[Options[*conn]]()
 	for i := range typ.NumField() {

@@ -3,13 +3,340 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// Preparation: a Preparer's checks on lease, CheckAfterIdle,
+// PreparationTimeout, and CheckFunc (the package documentation's
+// "Lifecycle of an item": Leased).
+
+func TestLifecyclePreparerAlwaysChecksFreshItem(t *testing.T) {
+	for _, cai := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("CheckAfterIdle=%v", cai), func(t *testing.T) {
+			lp := &testPreparer{}
+			p, _ := newTracked(t, Options[*conn]{MaxSize: 2, Preparer: lp, CheckAfterIdle: cai})
+			setFakeClock(p)
+
+			l1 := mustLease(t, p)
+			l2 := mustLease(t, p)
+			checks, _ := lp.seen()
+			assert.Equal(t, []int{1, 2}, checks, "each fresh item is checked once")
+			l1.Release()
+			l2.Release()
+		})
+	}
+}
+
+func TestLifecyclePreparerCheckAfterIdle(t *testing.T) {
+	const cai = time.Minute
+	tests := []struct {
+		name              string
+		checkAfterIdle    time.Duration
+		heldFor, idleFor  time.Duration // leased before the release; idle before the second lease
+		wantSecondChecked bool
+	}{
+		{"zero checks every lease", 0, 0, 0, true},
+		{"not idle is not checked", cai, 0, 0, false},
+		{"idle just short is not checked", cai, 0, cai - 1, false},
+		{"idle exactly that long is checked", cai, 0, cai, true},
+		{"idle longer is checked", cai, 0, 5 * cai, true},
+		{"time spent leased does not count as idle", cai, 5 * cai, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lp := &testPreparer{}
+			p, _ := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: lp, CheckAfterIdle: tt.checkAfterIdle})
+			clk := setFakeClock(p)
+
+			l := mustLease(t, p)
+			clk.advance(int64(tt.heldFor))
+			l.Release()
+			clk.advance(int64(tt.idleFor))
+			l = mustLease(t, p)
+			defer l.Release()
+
+			assert.Equal(t, 1, l.Value().id, "the idle item is reused")
+			want := []int{1} // the fresh item's check
+			if tt.wantSecondChecked {
+				want = append(want, 1)
+			}
+			checks, _ := lp.seen()
+			assert.Equal(t, want, checks)
+		})
+	}
+}
+
+func TestLifecyclePreparerNotReadyIsPrepared(t *testing.T) {
+	lp := &testPreparer{}
+	lp.set(func(context.Context, *conn) (bool, error) { return false, nil }, nil)
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: lp})
+
+	l, err := p.Lease(context.Background())
+	require.NoError(t, err)
+	defer l.Release()
+
+	assert.Equal(t, 1, l.Value().id)
+	checks, prepares := lp.seen()
+	assert.Equal(t, []int{1}, checks)
+	assert.Equal(t, []int{1}, prepares, "Prepare runs on the item IsReady found not ready")
+	assert.Zero(t, p.Stats().PrepareFailed)
+}
+
+func TestLifecyclePreparerIdleItemFailingIsReplaced(t *testing.T) {
+	errPrep := errors.New("lc: not ready")
+	// The first item the Preparer looks at fails. Which idle item a lease
+	// meets first depends on the slot it was parked in, so the test
+	// remembers which one failed.
+	type failFirst struct{ failed atomic.Int64 }
+	fails := func(f *failFirst, c *conn) bool { return f.failed.CompareAndSwap(0, int64(c.id)) }
+	failOne := map[string]func(*failFirst) (func(context.Context, *conn) (bool, error), func(context.Context, *conn) error){
+		"IsReady error": func(f *failFirst) (func(context.Context, *conn) (bool, error), func(context.Context, *conn) error) {
+			return func(_ context.Context, c *conn) (bool, error) {
+				if fails(f, c) {
+					return false, errPrep
+				}
+				return true, nil
+			}, nil
+		},
+		"Prepare error": func(f *failFirst) (func(context.Context, *conn) (bool, error), func(context.Context, *conn) error) {
+			return func(context.Context, *conn) (bool, error) { return false, nil },
+				func(_ context.Context, c *conn) error {
+					if fails(f, c) {
+						return errPrep
+					}
+					return nil
+				}
+		},
+	}
+	tests := []struct {
+		idle        int   // idle items before the failing lease
+		wantCreated int64 // factory calls in all
+		then        string
+	}{
+		{idle: 1, wantCreated: 2, then: "a fresh one"},
+		{idle: 2, wantCreated: 2, then: "the next idle one"},
+	}
+	for mode, hooks := range failOne {
+		for _, tt := range tests {
+			t.Run(mode+" then "+tt.then, func(t *testing.T) {
+				lp := &testPreparer{}
+				p, tr := newTracked(t, Options[*conn]{MaxSize: 2, Preparer: lp})
+				var ls []Lease[*conn]
+				items := map[int]*conn{}
+				for range tt.idle {
+					l := mustLease(t, p)
+					ls = append(ls, l)
+					items[l.Value().id] = l.Value()
+				}
+				for _, l := range ls {
+					l.Release()
+				}
+				var f failFirst
+				lp.set(hooks(&f))
+
+				l, err := p.Lease(context.Background())
+				require.NoError(t, err, "a failing idle item is no error for the lease")
+				failed := int(f.failed.Load())
+				require.Contains(t, items, failed, "an idle item was checked first")
+				assert.NotEqual(t, failed, l.Value().id, "the failing item is not leased")
+				assert.Equal(t, tt.wantCreated, tr.created.Load())
+				assert.True(t, items[failed].closed.Load(), "the failing item is destroyed")
+				s := p.Stats()
+				assert.Equal(t, uint64(1), s.PrepareFailed)
+				assert.Equal(t, uint64(1), s.Destroyed)
+				l.Release()
+				assertAtRest(t, p)
+			})
+		}
+	}
+}
+
+func TestLifecyclePreparerFreshItemFailingReturnsError(t *testing.T) {
+	errPrep := errors.New("lc: cannot prepare")
+	tests := []struct {
+		name    string
+		isReady func(context.Context, *conn) (bool, error)
+		prepare func(context.Context, *conn) error
+	}{
+		{
+			name:    "IsReady error",
+			isReady: func(context.Context, *conn) (bool, error) { return false, errPrep },
+		},
+		{
+			name:    "Prepare error",
+			isReady: func(context.Context, *conn) (bool, error) { return false, nil },
+			prepare: func(context.Context, *conn) error { return errPrep },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lp := &testPreparer{}
+			lp.set(tt.isReady, tt.prepare)
+			p, tr := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: lp})
+
+			_, err := p.Lease(context.Background())
+			require.Error(t, err)
+			assert.ErrorIs(t, err, errPrep)
+			assert.NotEqual(t, errPrep, err, "the error is wrapped")
+			s := p.Stats()
+			assert.Zero(t, s.ActiveLeases, "the permit is returned")
+			assert.Zero(t, s.ItemsAvailable)
+			assert.Equal(t, uint64(1), s.PrepareFailed)
+			assert.Equal(t, uint64(1), s.Destroyed)
+			assert.Zero(t, s.Canceled)
+			assert.Zero(t, tr.live.Load(), "the item is destroyed")
+
+			lp.set(nil, nil)
+			l, err := p.TryLease(context.Background())
+			require.NoError(t, err, "the permit is usable again")
+			assert.Equal(t, 2, l.Value().id)
+			l.Release()
+			assertAtRest(t, p)
+		})
+	}
+}
+
+func TestLifecyclePreparerPanicReachesCaller(t *testing.T) {
+	for _, idle := range []bool{false, true} {
+		name := "fresh item"
+		if idle {
+			name = "idle item"
+		}
+		t.Run(name, func(t *testing.T) {
+			lp := &testPreparer{}
+			p, tr := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: lp})
+			if idle {
+				mustLease(t, p).Release()
+			}
+			lp.set(func(context.Context, *conn) (bool, error) { panic("lc: IsReady panic") }, nil)
+
+			v, _ := catchPanic(func() { _, _ = p.Lease(context.Background()) })
+			assert.Equal(t, "lc: IsReady panic", v)
+			s := p.Stats()
+			assert.Zero(t, s.ActiveLeases, "the permit is returned")
+			assert.Zero(t, s.ItemsAvailable)
+			assert.Zero(t, tr.live.Load(), "the item is destroyed")
+
+			lp.set(nil, nil)
+			l, err := p.TryLease(context.Background())
+			require.NoError(t, err)
+			l.Release()
+			assertAtRest(t, p)
+		})
+	}
+}
+
+func TestLifecycleAbandonedItemIsPreparedWhenLeased(t *testing.T) {
+	lp := &testPreparer{}
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: lp, CheckAfterIdle: time.Hour})
+	setFakeClock(p)
+	block := make(chan struct{})
+	setBlock(tr, block)
+	tr.ctxs = make(chan context.Context, 1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := leaseAsync(ctx, p)
+	lcRecv(t, tr.ctxs, "Create")
+	cancel()
+	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
+	close(block)
+	require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 1 }, testWait, time.Millisecond)
+	checks, _ := lp.seen()
+	assert.Empty(t, checks, "an abandoned item is not prepared until a lease takes it")
+
+	l := mustLease(t, p)
+	defer l.Release()
+	assert.Equal(t, 1, l.Value().id)
+	checks, _ = lp.seen()
+	assert.Equal(t, []int{1}, checks, "its first lease checks it, CheckAfterIdle notwithstanding")
+}
+
+func TestLifecyclePreparationTimeoutFreshItem(t *testing.T) {
+	lp := &testPreparer{}
+	lp.set(func(ctx context.Context, _ *conn) (bool, error) {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}, nil)
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: lp, PreparationTimeout: 20 * time.Millisecond})
+
+	_, err := p.Lease(context.Background())
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrPreparationTimeout)
+	s := p.Stats()
+	assert.Zero(t, s.ActiveLeases)
+	assert.Equal(t, uint64(1), s.PrepareFailed)
+	assert.Zero(t, s.Canceled, "a preparation timeout is not the caller's cancellation")
+	assert.Zero(t, tr.live.Load(), "the item is destroyed")
+	assertAtRest(t, p)
+}
+
+// slowReady reports every item ready, after sleeping past any short
+// PreparationTimeout and ignoring its ctx.
+type slowReady struct{ d time.Duration }
+
+func (r slowReady) IsReady(context.Context, *conn) (bool, error) {
+	time.Sleep(r.d)
+	return true, nil
+}
+
+func (slowReady) Prepare(context.Context, *conn) error { return nil }
+
+func TestElapsedPreparationTimeoutFailsLateSuccess(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{PreparationTimeout: 5 * time.Millisecond, Preparer: slowReady{30 * time.Millisecond}})
+	_, err := p.Lease(context.Background())
+	require.ErrorIs(t, err, ErrPreparationTimeout, "a success reported after the timeout is still a timeout")
+	s := p.Stats()
+	assert.EqualValues(t, 1, s.PrepareFailed)
+	assert.Zero(t, s.ActiveLeases)
+	assert.Zero(t, tr.live.Load(), "the fresh item was destroyed")
+}
+
+func TestLifecyclePreparationCanceledByCaller(t *testing.T) {
+	for _, idle := range []bool{false, true} {
+		name := "fresh item"
+		if idle {
+			name = "idle item"
+		}
+		t.Run(name, func(t *testing.T) {
+			entered := make(chan int, 1)
+			lp := &testPreparer{}
+			p, tr := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: lp, PreparationTimeout: time.Hour})
+			if idle {
+				mustLease(t, p).Release()
+			}
+			lp.set(func(ctx context.Context, c *conn) (bool, error) {
+				entered <- c.id
+				<-ctx.Done()
+				return false, ctx.Err()
+			}, nil)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ch := leaseAsync(ctx, p)
+			assert.Equal(t, 1, lcRecv(t, entered, "IsReady"))
+			cancel()
+			o := awaitLease(t, ch)
+
+			require.Error(t, o.err)
+			assert.ErrorIs(t, o.err, context.Canceled)
+			assert.NotErrorIs(t, o.err, ErrPreparationTimeout)
+			s := p.Stats()
+			assert.Equal(t, uint64(1), s.Canceled)
+			assert.Zero(t, s.ActiveLeases)
+			assert.Zero(t, s.ItemsAvailable)
+			assert.Equal(t, uint64(1), s.Destroyed)
+			assert.Equal(t, int64(1), tr.created.Load(), "a caller that gave up gets no further item made")
+			assertAtRest(t, p)
+		})
+	}
+}
 
 // prepCheck is a CheckFunc's function that records the ids of the items
 // it checks and fails the next check when failNext is set, or every check
@@ -21,8 +348,6 @@ type prepCheck struct {
 	failAll  bool
 	failed   []int
 }
-
-var errPrepDead = errors.New("prep: connection dead")
 
 func (pc *prepCheck) check(_ context.Context, c *conn) error {
 	pc.mu.Lock()
@@ -41,6 +366,8 @@ func (pc *prepCheck) set(f func(*prepCheck)) {
 	defer pc.mu.Unlock()
 	f(pc)
 }
+
+var errPrepDead = errors.New("prep: connection dead")
 
 func TestCheckFuncIsReadyReportsTheCheck(t *testing.T) {
 	cases := []struct {
@@ -140,7 +467,7 @@ func TestCheckFuncFailingFreshItemReturnsErrorWrapped(t *testing.T) {
 func TestCheckFuncChecksIdleItemsOnlyAfterCheckAfterIdle(t *testing.T) {
 	pc := &prepCheck{}
 	p, _ := newTracked(t, Options[*conn]{MaxSize: 1, Preparer: CheckFunc[*conn](pc.check), CheckAfterIdle: time.Minute})
-	clk := lcClock(p)
+	clk := setFakeClock(p)
 	mustLease(t, p).Release() // fresh: checked
 	mustLease(t, p).Release() // idle for no time: not checked
 	require.Equal(t, 1, len(pc.seen))

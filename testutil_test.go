@@ -1,8 +1,10 @@
 package pool
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,13 +166,13 @@ func assertAtRest(t *testing.T, p *Pool[*conn]) {
 		"at rest Created == Destroyed + Detached + ItemsAllocated; stats %+v", s)
 }
 
-// checkInvariants checks, while load runs, what SPEC.md promises at every
-// instant, and reports each violation with t.Errorf (safe from any
-// goroutine). live is the number of items in existence by the test
-// factory's own count (from the start of Create to the end of Destroy), or
-// nil when the factory keeps none. It reports whether everything held. For
-// a pool whose MaxSize never changes; see sizeWindow for one that
-// SetMaxSize resizes.
+// checkInvariants checks, while load runs, what the package documentation
+// promises in every snapshot ("Stats"), and reports each violation with
+// t.Errorf (safe from any goroutine). live is the number of items in
+// existence by the test factory's own count (from the start of Create to
+// the end of Destroy), or nil when the factory keeps none. It reports
+// whether everything held. For a pool whose MaxSize never changes; see
+// sizeWindow for one that SetMaxSize resizes.
 //
 //   - The cap on items in existence: live <= MaxSize.
 //   - The derived figures stay within the cap: 0 <= ActiveLeases,
@@ -297,4 +299,174 @@ func catchPanic(f func()) (v any, panicked bool) {
 	f()
 	panicked = false
 	return nil, false
+}
+
+var bg = context.Background()
+
+// waitQueued blocks until n leases are queued on p.
+func waitQueued[T any](t testing.TB, p *Pool[T], n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == n },
+		testWait, time.Millisecond, "want %d queued leases", n)
+}
+
+// lcRecv receives one value from ch or fails the test.
+func lcRecv[V any](t *testing.T, ch <-chan V, what string) V {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(testWait):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero V
+		return zero
+	}
+}
+
+// lcRecover is catchPanic without its second result, for fuzz_test.go,
+// which still calls it; the other tests call catchPanic.
+func lcRecover(f func()) any {
+	v, _ := catchPanic(f)
+	return v
+}
+
+// setFakeClock installs a fake clock; call it right after New.
+func setFakeClock(p *Pool[*conn]) *fakeClock {
+	clk := &fakeClock{}
+	p.clock = clk.now
+	return clk
+}
+
+// setBlock sets the tracker's block channel under its lock.
+func setBlock(tr *tracker, ch chan struct{}) {
+	tr.mu.Lock()
+	tr.block = ch
+	tr.mu.Unlock()
+}
+
+func minutes(n int64) int64 { return n * int64(time.Minute) }
+
+// testPreparer is a Preparer whose behaviour a test sets, recording the ids of
+// the items each method saw. nil hooks: IsReady reports ready, Prepare
+// succeeds.
+type testPreparer struct {
+	mu       sync.Mutex
+	isReady  func(ctx context.Context, c *conn) (bool, error)
+	prepare  func(ctx context.Context, c *conn) error
+	checks   []int // ids passed to IsReady, in order
+	prepares []int // ids passed to Prepare, in order
+}
+
+func (lp *testPreparer) IsReady(ctx context.Context, c *conn) (bool, error) {
+	lp.mu.Lock()
+	lp.checks = append(lp.checks, c.id)
+	f := lp.isReady
+	lp.mu.Unlock()
+	if f == nil {
+		return true, nil
+	}
+	return f(ctx, c)
+}
+
+func (lp *testPreparer) Prepare(ctx context.Context, c *conn) error {
+	lp.mu.Lock()
+	lp.prepares = append(lp.prepares, c.id)
+	f := lp.prepare
+	lp.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(ctx, c)
+}
+
+func (lp *testPreparer) set(isReady func(context.Context, *conn) (bool, error), prepare func(context.Context, *conn) error) {
+	lp.mu.Lock()
+	lp.isReady, lp.prepare = isReady, prepare
+	lp.mu.Unlock()
+}
+
+func (lp *testPreparer) seen() (checks, prepares []int) {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return append([]int(nil), lp.checks...), append([]int(nil), lp.prepares...)
+}
+
+// logBuffer captures a pool's log records.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+// onOwnGoroutine runs f on a goroutine of its own, which f may end with
+// runtime.Goexit, and waits for it.
+func onOwnGoroutine(t *testing.T, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	lcRecv(t, done, "the goroutine to end")
+}
+
+// putIdle puts n fresh items idle in p, leasing them all and releasing them.
+func putIdle(t *testing.T, p *Pool[*conn], n int) []*conn {
+	t.Helper()
+	ls := make([]Lease[*conn], n)
+	cs := make([]*conn, n)
+	for i := range ls {
+		ls[i] = mustLease(t, p)
+		cs[i] = ls[i].Value()
+	}
+	for _, l := range ls {
+		l.Release()
+	}
+	return cs
+}
+
+// upkeptPool returns a pool whose upkeep goroutine runs, but whose rounds a
+// test runs itself on the fake clock: the interval is an hour.
+func upkeptPool(t *testing.T, opts Options[*conn]) (*Pool[*conn], *tracker, *fakeClock) {
+	t.Helper()
+	opts.UpkeepInterval = time.Hour
+	p, tr := newTracked(t, opts)
+	return p, tr, setFakeClock(p)
+}
+
+// endingCtx is a caller's ctx that ends while its lease runs: Err reports
+// nil at the first call (the lease's first look) and context.Canceled at
+// every later one. Done is nil, so nothing waits for it to end.
+type endingCtx struct {
+	context.Context
+	looks atomic.Int32
+}
+
+func (c *endingCtx) Err() error {
+	if c.looks.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
 }

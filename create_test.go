@@ -1,0 +1,591 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// Creation: New's seeding, a lease's creation and the context it gets, the
+// factory's errors, panics and nil items, and the creations whose lease gave
+// up (the package documentation's "Lifecycle of an item": Created).
+
+func TestNewSeedsMinSizeItems(t *testing.T) {
+	for _, minSize := range []int{0, 1, 3, 5} {
+		t.Run(fmt.Sprintf("MinSize=%d", minSize), func(t *testing.T) {
+			p, tr := newTracked(t, Options[*conn]{MinSize: minSize, MaxSize: 5})
+			st := p.Stats()
+			assert.Equal(t, int64(minSize), tr.created.Load())
+			assert.Equal(t, int64(minSize), tr.live.Load())
+			assert.Equal(t, uint64(minSize), st.Created)
+			assert.Equal(t, minSize, st.ItemsAvailable)
+			assert.Equal(t, minSize, st.ItemsAllocated)
+			assert.Zero(t, st.ActiveLeases)
+			assert.Zero(t, st.Destroyed)
+		})
+	}
+}
+
+func TestNewSeedsInParallel(t *testing.T) {
+	const n = 16
+	var inFlight, peak atomic.Int64
+	all := make(chan struct{})
+	var once sync.Once
+	f := FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+		k := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); k > p && !peak.CompareAndSwap(p, k); p = peak.Load() {
+		}
+		if k == n {
+			once.Do(func() { close(all) })
+		}
+		select { // every creation waits until all n are under way
+		case <-all:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(testWait):
+			return nil, errors.New("the creations did not run at once")
+		}
+		time.Sleep(50 * time.Millisecond)
+		return &conn{}, nil
+	})
+	start := time.Now()
+	p, err := New(context.Background(), f, Options[*conn]{MinSize: n, MaxSize: n})
+	require.NoError(t, err)
+	t.Logf("MinSize %d with a 50 ms factory: New took %v", n, time.Since(start).Round(time.Millisecond))
+	defer p.Close()
+	assert.EqualValues(t, n, peak.Load(), "all MinSize creations ran at once")
+	assert.Equal(t, n, p.Stats().ItemsAvailable)
+}
+
+// seedFactory wraps a tracker for seeding: its k-th call (from 1) fails
+// with fail, or panics with panicVal when that is set. It remembers every
+// conn it made, on whichever goroutine New's seeding called it.
+type seedFactory struct {
+	tr       *tracker
+	k        int
+	fail     error
+	panicVal any
+
+	mu    sync.Mutex // New seeds in parallel
+	calls int
+	conns []*conn
+}
+
+func (f *seedFactory) Create(ctx context.Context) (*conn, error) {
+	f.mu.Lock()
+	f.calls++
+	call := f.calls
+	f.mu.Unlock()
+	if call == f.k {
+		if f.panicVal != nil {
+			panic(f.panicVal)
+		}
+		return nil, f.fail
+	}
+	c, err := f.tr.Create(ctx)
+	if err == nil {
+		f.mu.Lock()
+		f.conns = append(f.conns, c)
+		f.mu.Unlock()
+	}
+	return c, err
+}
+
+var errSeed = errors.New("opt: seed dial refused")
+
+func TestNewSeedFailureDestroysCreatedItems(t *testing.T) {
+	for _, k := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("fails on call %d", k), func(t *testing.T) {
+			tr := &tracker{}
+			f := &seedFactory{tr: tr, k: k, fail: errSeed}
+			p, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 4, MaxSize: 4, Destroy: tr.destroy})
+			require.Error(t, err)
+			assert.Nil(t, p)
+			assert.ErrorIs(t, err, errSeed)
+			assert.NotErrorIs(t, err, ErrInvalidOptions)
+			// The creations run in parallel (TestNewSeedFailureCancelsTheRest
+			// checks that a failure cancels the rest): every one may have run.
+			assert.Zero(t, tr.live.Load(), "items created beside the failure leaked")
+			for _, c := range f.conns {
+				assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
+			}
+		})
+	}
+}
+
+func TestNewSeedFailureDestroysWithDefaultDisposal(t *testing.T) {
+	tr := &tracker{}
+	f := &seedFactory{tr: tr, k: 3, fail: errSeed}
+	_, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 3}) // no Destroy: conn is an io.Closer
+	require.ErrorIs(t, err, errSeed)
+	require.Len(t, f.conns, 2)
+	for _, c := range f.conns {
+		assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
+	}
+}
+
+func TestNewSeedFailureJoinsDestroyErrors(t *testing.T) {
+	errDestroy := errors.New("opt: close failed")
+	tr := &tracker{}
+	f := &seedFactory{tr: tr, k: 3, fail: errSeed}
+	destroy := func(c *conn) error {
+		_ = tr.destroy(c)
+		return errDestroy
+	}
+	_, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 3, Destroy: destroy})
+	assert.ErrorIs(t, err, errSeed)
+	assert.ErrorIs(t, err, errDestroy)
+	assert.Zero(t, tr.live.Load())
+}
+
+func TestNewSeedPanicDestroysCreatedItems(t *testing.T) {
+	for _, k := range []int{1, 3} {
+		t.Run(fmt.Sprintf("panics on call %d", k), func(t *testing.T) {
+			tr := &tracker{}
+			f := &seedFactory{tr: tr, k: k, panicVal: "opt: factory panic"}
+			v, _ := catchPanic(func() {
+				_, _ = New[*conn](context.Background(), f, Options[*conn]{MinSize: 3, Destroy: tr.destroy})
+			})
+			assert.Equal(t, "opt: factory panic", panicValue(v), "the panic reaches New's caller")
+			assert.LessOrEqual(t, len(f.conns), 2, "the creations run in parallel: the others may have finished")
+			assert.Zero(t, tr.live.Load(), "items created beside the panic leaked")
+			for _, c := range f.conns {
+				assert.True(t, c.closed.Load(), "conn %d not closed", c.id)
+			}
+		})
+	}
+}
+
+func TestNewSeedFailureCancelsTheRest(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	tr := &tracker{}
+	var calls atomic.Int64
+	var canceled atomic.Int64
+	f := FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+		if calls.Add(1) == 9 {
+			return nil, errSeed
+		}
+		c, err := tr.Create(context.Background())
+		select {
+		case <-ctx.Done(): // the 9th failed: give up, as a dial would
+			_ = tr.destroy(c)
+			canceled.Add(1)
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+			return c, err
+		}
+	})
+	_, err := New(context.Background(), f, Options[*conn]{MinSize: 16, MaxSize: 16, Destroy: tr.destroy})
+	require.ErrorIs(t, err, errSeed, "New returns the first failure")
+	assert.NotErrorIs(t, err, context.Canceled, "not the cancellations it caused")
+	assert.Zero(t, tr.live.Load(), "every item made was destroyed")
+	assert.Positive(t, canceled.Load(), "the failure canceled the creations under way")
+	goleak.VerifyNone(t, ignore)
+}
+
+// factoryCtxKinds are the two ways Lease runs a factory: inline when ctx cannot
+// end, on a goroutine of its own when it can.
+var factoryCtxKinds = []struct {
+	name string
+	ctx  func(t *testing.T) context.Context
+}{
+	{"inline (ctx cannot end)", func(*testing.T) context.Context { return context.Background() }},
+	{"on a goroutine (cancelable ctx)", func(t *testing.T) context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		return ctx
+	}},
+}
+
+func TestLifecycleFactoryErrorReturnsPermit(t *testing.T) {
+	for _, kind := range factoryCtxKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+			tr.setFail(errBoom)
+
+			_, err := p.Lease(kind.ctx(t))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, errBoom)
+			assert.NotEqual(t, errBoom, err, "the error is wrapped")
+			s := p.Stats()
+			assert.Zero(t, s.ActiveLeases, "the permit is returned")
+			assert.Zero(t, s.Created)
+			assert.Zero(t, s.Canceled)
+
+			tr.setFail(nil)
+			l, err := p.TryLease(kind.ctx(t))
+			require.NoError(t, err)
+			l.Release()
+			assertAtRest(t, p)
+		})
+	}
+}
+
+func TestLifecycleFactoryPanicReachesCaller(t *testing.T) {
+	const maxSize = 2
+	for _, kind := range factoryCtxKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			var panicking atomic.Bool
+			var n atomic.Int64
+			panicking.Store(true)
+			f := FactoryFunc[*conn](func(context.Context) (*conn, error) {
+				if panicking.Load() {
+					panic("lc: factory panic")
+				}
+				return &conn{id: int(n.Add(1))}, nil
+			})
+			p, err := New(context.Background(), f, Options[*conn]{MaxSize: maxSize})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
+
+			for i := range maxSize + 1 { // more panics than permits
+				v, _ := catchPanic(func() { _, _ = p.Lease(kind.ctx(t)) })
+				assert.Equal(t, "lc: factory panic", panicValue(v), "panic %d reaches the caller", i)
+				require.Zero(t, p.Stats().ActiveLeases, "after panic %d every permit is in place", i)
+			}
+
+			panicking.Store(false)
+			var ls []Lease[*conn]
+			for range maxSize {
+				l, err := p.TryLease(kind.ctx(t))
+				require.NoError(t, err, "MaxSize leases succeed after the panics")
+				ls = append(ls, l)
+			}
+			for _, l := range ls {
+				l.Release()
+			}
+			assert.Equal(t, uint64(maxSize), p.Stats().Created)
+			assertAtRest(t, p)
+		})
+	}
+}
+
+func TestFactoryReturningNilItemFails(t *testing.T) {
+	nilConn := FactoryFunc[*conn](func(context.Context) (*conn, error) { return nil, nil })
+	p, err := New(context.Background(), nilConn, Options[*conn]{Name: "nils"})
+	require.NoError(t, err)
+	_, err = p.Lease(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `pool "nils": create item: the factory returned a nil *pool.conn and no error`)
+	s := p.Stats()
+	assert.Zero(t, s.Created)
+	assert.Zero(t, s.ActiveLeases)
+	assert.NoError(t, p.Close())
+
+	_, err = New(context.Background(), nilConn, Options[*conn]{MinSize: 1})
+	assert.ErrorContains(t, err, "nil", "seeding refuses it too")
+
+	nilFunc := FactoryFunc[func()](func(context.Context) (func(), error) { return nil, nil })
+	pf, err := New(context.Background(), nilFunc, Options[func()]{})
+	require.NoError(t, err)
+	_, err = pf.Lease(context.Background())
+	assert.ErrorContains(t, err, "nil")
+	assert.NoError(t, pf.Close())
+
+	zero := FactoryFunc[int](func(context.Context) (int, error) { return 0, nil })
+	pi, err := New(context.Background(), zero, Options[int]{})
+	require.NoError(t, err)
+	l, err := pi.Lease(context.Background())
+	require.NoError(t, err, "a zero that is not nil is an item")
+	l.Release()
+	assert.NoError(t, pi.Close())
+}
+
+type factoryCtxKey struct{}
+
+func TestLifecycleFactoryContextKeepsValuesNotCancellation(t *testing.T) {
+	t.Run("inline", func(t *testing.T) {
+		p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+		tr.ctxs = make(chan context.Context, 1)
+		l, err := p.Lease(context.WithValue(context.Background(), factoryCtxKey{}, "v"))
+		require.NoError(t, err)
+		l.Release()
+		fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+		assert.Equal(t, "v", fctx.Value(factoryCtxKey{}))
+	})
+	t.Run("abandoned", func(t *testing.T) {
+		p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+		tr.ctxs = make(chan context.Context, 1)
+		block := make(chan struct{})
+		setBlock(tr, block)
+
+		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), factoryCtxKey{}, "v"))
+		defer cancel()
+		ch := leaseAsync(ctx, p)
+		fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+		assert.Equal(t, "v", fctx.Value(factoryCtxKey{}), "the caller's values reach the factory")
+		cancel()
+		require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
+		assert.NoError(t, fctx.Err(), "the caller's cancellation does not reach the factory")
+
+		close(block)
+		require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 1 }, testWait, time.Millisecond,
+			"the creation finished despite the caller's cancellation")
+	})
+}
+
+func TestLifecycleCloseCancelsFactoryContext(t *testing.T) {
+	for _, kind := range factoryCtxKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+			tr.ctxs = make(chan context.Context, 1)
+			setBlock(tr, make(chan struct{})) // never closed: only ctx ends Create
+
+			ch := leaseAsync(kind.ctx(t), p)
+			fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+			require.NoError(t, fctx.Err())
+			require.NoError(t, p.Close())
+			lcRecv(t, fctx.Done(), "Close to cancel the factory's ctx")
+
+			o := awaitLease(t, ch)
+			assert.ErrorIs(t, o.err, ErrClosed)
+			require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond)
+			assert.Zero(t, tr.live.Load())
+		})
+	}
+}
+
+// lateCancelCtx is a ctx that nothing cancels (Done is nil, so the creation
+// runs inline) but whose Err turns to context.Canceled once cancel is
+// called: a caller's ctx that ends while its creation is in flight.
+type lateCancelCtx struct {
+	context.Context
+	canceled atomic.Bool
+}
+
+func (c *lateCancelCtx) Err() error {
+	if c.canceled.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A creation that Close cancels fails with ErrClosed, counted as closed,
+// even when the factory wraps its ctx's error (as net.Dialer does, so the
+// error also matches context.Canceled) and the caller's ctx has ended too:
+// Close ended it, not the caller.
+func TestLifecycleCloseWinsOverCallersCancelForCreation(t *testing.T) {
+	ctx := &lateCancelCtx{Context: context.Background()}
+	entered := make(chan struct{})
+	f := FactoryFunc[*conn](func(fctx context.Context) (*conn, error) {
+		close(entered)
+		<-fctx.Done() // Close cancels it
+		ctx.canceled.Store(true)
+		return nil, fmt.Errorf("dial: %w", fctx.Err())
+	})
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1})
+	require.NoError(t, err)
+	ch := leaseAsync(ctx, p)
+	lcRecv(t, entered, "Create")
+	require.NoError(t, p.Close())
+
+	err = awaitLease(t, ch).err
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, err, context.Canceled, "the factory's own error stays wrapped")
+	s := p.Stats()
+	assert.Zero(t, s.Canceled, "Close ended the lease, not the caller")
+	assert.Zero(t, s.ActiveLeases)
+}
+
+func TestLifecycleCreateTimeoutBoundsFactory(t *testing.T) {
+	t.Run("caller waits", func(t *testing.T) {
+		p, tr := newTracked(t, Options[*conn]{MaxSize: 1, CreateTimeout: 20 * time.Millisecond})
+		tr.ctxs = make(chan context.Context, 1)
+		setBlock(tr, make(chan struct{})) // never closed: only ctx ends Create
+
+		err := awaitLease(t, leaseAsync(context.Background(), p)).err
+		require.Error(t, err)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+		_, hasDeadline := fctx.Deadline()
+		assert.True(t, hasDeadline)
+		s := p.Stats()
+		assert.Zero(t, s.ActiveLeases)
+		assert.Zero(t, s.Canceled, "CreateTimeout is not the caller's cancellation")
+	})
+	t.Run("in the background", func(t *testing.T) {
+		// Long enough for the caller to give up first; the test only waits
+		// for it, it does not time it.
+		p, tr := newTracked(t, Options[*conn]{MaxSize: 1, CreateTimeout: time.Second})
+		tr.ctxs = make(chan context.Context, 1)
+		setBlock(tr, make(chan struct{}))
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch := leaseAsync(ctx, p)
+		fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+		cancel()
+		require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
+		lcRecv(t, fctx.Done(), "CreateTimeout to end the abandoned creation")
+		assert.ErrorIs(t, fctx.Err(), context.DeadlineExceeded)
+		require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond,
+			"the failed background creation frees its permit")
+		assert.Zero(t, p.Stats().ItemsAvailable)
+		assertAtRest(t, p)
+	})
+}
+
+// abandonCreation starts a Lease whose creation blocks, cancels it once the
+// factory runs, and checks that Lease returned the ctx error while the
+// factory still blocks. The caller closes block to let the factory finish.
+func abandonCreation(t *testing.T, p *Pool[*conn], tr *tracker) (block chan struct{}) {
+	t.Helper()
+	block = make(chan struct{})
+	setBlock(tr, block)
+	tr.ctxs = make(chan context.Context, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := leaseAsync(ctx, p)
+	lcRecv(t, tr.ctxs, "Create")
+	cancel()
+	o := awaitLease(t, ch)
+	require.ErrorIs(t, o.err, context.Canceled, "Lease returns without waiting for the factory")
+	assert.Equal(t, uint64(1), p.Stats().Canceled)
+	return block
+}
+
+func TestLifecycleAbandonedCreationGoesIdle(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	block := abandonCreation(t, p, tr)
+	assert.Equal(t, 1, p.Stats().ActiveLeases, "the creation holds its permit")
+
+	close(block)
+	require.Eventually(t, func() bool {
+		s := p.Stats()
+		return s.ItemsAvailable == 1 && s.ActiveLeases == 0
+	}, testWait, time.Millisecond, "the finished item goes idle")
+
+	l := mustLease(t, p)
+	assert.Equal(t, 1, l.Value().id)
+	assert.Equal(t, int64(1), tr.created.Load(), "no second Create")
+	l.Release()
+	assertAtRest(t, p)
+}
+
+func TestLifecycleAbandonedCreationFailureFreesPermit(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	tr.setFail(errBoom) // read by Create before it blocks
+	block := abandonCreation(t, p, tr)
+
+	close(block)
+	require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond)
+	s := p.Stats()
+	assert.Zero(t, s.ItemsAvailable)
+	assert.Zero(t, s.Created)
+
+	tr.setFail(nil)
+	l, err := p.TryLease(context.Background())
+	require.NoError(t, err)
+	l.Release()
+	assertAtRest(t, p)
+}
+
+// panickyFactory is a factory that announces each Create, waits for proceed and
+// then panics, as a buggy dial might.
+type panickyFactory struct {
+	started chan struct{}
+	proceed chan struct{}
+	done    chan struct{} // closed when the panic has been raised
+}
+
+func (f *panickyFactory) Create(context.Context) (*conn, error) {
+	f.started <- struct{}{}
+	<-f.proceed
+	defer close(f.done)
+	panic("lc: factory panic nobody waits for")
+}
+
+func TestLifecycleAbandonedCreationPanicFreesPermit(t *testing.T) {
+	f := &panickyFactory{started: make(chan struct{}, 1), proceed: make(chan struct{}), done: make(chan struct{})}
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := leaseAsync(ctx, p)
+	lcRecv(t, f.started, "Create")
+	cancel()
+	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
+
+	close(f.proceed) // the panic happens on the pool's goroutine: it must not crash the process
+	lcRecv(t, f.done, "the panic")
+	require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond,
+		"the permit came back")
+	s := p.Stats()
+	assert.Zero(t, s.Created, "a panicking creation counts as failed")
+	assert.Zero(t, s.ItemsAvailable)
+}
+
+// stubbornFactory is a factory that ignores its context, as a careless dial
+// does: each Create announces itself on started, then waits for proceed.
+type stubbornFactory struct {
+	started chan struct{} // buffered
+	proceed chan struct{}
+	made    chan *conn // buffered: the items created
+	next    atomic.Int64
+}
+
+func (f *stubbornFactory) Create(context.Context) (*conn, error) {
+	f.started <- struct{}{}
+	<-f.proceed
+	c := &conn{id: int(f.next.Add(1))}
+	f.made <- c
+	return c, nil
+}
+
+func TestLifecycleAbandonedCreationFinishingAfterCloseIsDestroyed(t *testing.T) {
+	f := &stubbornFactory{started: make(chan struct{}, 1), proceed: make(chan struct{}), made: make(chan *conn, 1)}
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := leaseAsync(ctx, p)
+	lcRecv(t, f.started, "Create")
+	cancel()
+	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
+	require.NoError(t, p.Close())
+
+	close(f.proceed)
+	item := lcRecv(t, f.made, "the item")
+	require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond)
+	assert.True(t, item.closed.Load(), "the item is destroyed")
+	s := p.Stats()
+	assert.Zero(t, s.ItemsAvailable)
+	assert.Equal(t, uint64(1), s.Destroyed)
+	assertAtRest(t, p)
+}
+
+func TestLifecycleWaiterGetsAbandonedCreationsItem(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	block := make(chan struct{})
+	setBlock(tr, block)
+	tr.ctxs = make(chan context.Context, 2)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := leaseAsync(ctx, p)
+	lcRecv(t, tr.ctxs, "Create")
+	waiter := leaseAsync(context.Background(), p)
+	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 }, testWait, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, awaitLease(t, first).err, context.Canceled)
+
+	close(block)
+	o := awaitLease(t, waiter)
+	require.NoError(t, o.err)
+	assert.Equal(t, 1, o.l.Value().id, "the waiter receives the abandoned creation's item")
+	assert.Equal(t, int64(1), tr.created.Load())
+	o.l.Release()
+	assertAtRest(t, p)
+}

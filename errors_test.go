@@ -1,0 +1,278 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Errors, and user code that misbehaves: messages speak the user's words, a
+// panic raised again carries the stack where it happened, runtime.Goexit in
+// a callback loses nothing, and errors with no caller are logged and
+// counted (the package documentation's "Waiting and errors").
+
+func TestErrorsSpeakTheUsersWords(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{Name: "words", MaxSize: 1, LeaseTimeout: time.Millisecond})
+	held := mustLease(t, p)
+	_, exhausted := p.TryLease(context.Background())
+	_, timeout := p.Lease(context.Background())
+	held.Release()
+	require.NoError(t, p.Close())
+	_, closed := p.Lease(context.Background())
+
+	for _, err := range []error{exhausted, timeout, closed} {
+		require.Error(t, err)
+		msg := err.Error()
+		assert.Contains(t, msg, `pool "words"`, "the error names the pool")
+		for _, word := range []string{"permit", "slot", "park"} {
+			assert.NotContains(t, msg, word, "%q speaks the implementation's words", msg)
+		}
+	}
+	assert.ErrorIs(t, closed, ErrClosed)
+	assert.Contains(t, timeout.Error(), "MaxSize 1")
+	assert.Contains(t, exhausted.Error(), "MaxSize 1")
+}
+
+// panickingFactory and panickingDestroy are the user code whose frames
+// a panic raised again by the pool must show.
+//
+//go:noinline
+func panickingFactory(context.Context) (*conn, error) {
+	panic(errBoom)
+}
+
+//go:noinline
+func panickingDestroy(*conn) error {
+	panic("ed: Destroy panic")
+}
+
+func TestPanicRaisedAgainCarriesUserStack(t *testing.T) {
+	t.Run("factory, on the creation goroutine", func(t *testing.T) {
+		p, err := New(context.Background(), FactoryFunc[*conn](panickingFactory), Options[*conn]{})
+		require.NoError(t, err)
+		defer p.Close()
+		ctx, cancel := context.WithCancel(context.Background()) // a ctx that can end: the factory runs on its own goroutine
+		defer cancel()
+		v, _ := catchPanic(func() { _, _ = p.Lease(ctx) })
+		err, ok := v.(error)
+		require.True(t, ok, "the panic value is an error: %T", v)
+		assert.ErrorIs(t, err, errBoom, "it unwraps to the factory's own panic value")
+		assert.Contains(t, err.Error(), "panickingFactory", "the message shows the factory's frame")
+		assert.Zero(t, p.Stats().ActiveLeases, "the item slot went back")
+	})
+	t.Run("Destroy, in Close's batch", func(t *testing.T) {
+		tr := &tracker{}
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 2, MaxSize: 2, Destroy: panickingDestroy})
+		require.NoError(t, err)
+		v, _ := catchPanic(func() { _ = p.Close() })
+		require.NotNil(t, v)
+		assert.Equal(t, "ed: Destroy panic", panicValue(v))
+		assert.Contains(t, fmt.Sprint(v), "panickingDestroy", "the message shows Destroy's frame")
+		s := p.Stats()
+		assert.EqualValues(t, 2, s.Destroyed, "both items counted destroyed")
+		assert.EqualValues(t, 2, s.DestroyErrors)
+	})
+}
+
+// TestGoexitInAnyCallbackLosesNothing calls runtime.Goexit from each user
+// callback in turn, on a goroutine of its own, and checks that the pool
+// ends at rest with every item accounted for and MaxSize leasable again.
+func TestGoexitInAnyCallbackLosesNothing(t *testing.T) {
+	type setup struct {
+		opts func(tr *tracker, goexit func()) Options[*conn]
+		run  func(t *testing.T, p *Pool[*conn])
+	}
+	lease := func(ctx context.Context) func(t *testing.T, p *Pool[*conn]) {
+		return func(t *testing.T, p *Pool[*conn]) {
+			onOwnGoroutine(t, func() {
+				if l, err := p.Lease(ctx); err == nil {
+					l.Release()
+				}
+			})
+		}
+	}
+	cancelable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cases := map[string]setup{
+		"factory on the caller's goroutine": {
+			opts: func(tr *tracker, goexit func()) Options[*conn] { return Options[*conn]{} },
+			run:  lease(context.Background()),
+		},
+		"factory on its own goroutine": {
+			opts: func(tr *tracker, goexit func()) Options[*conn] { return Options[*conn]{} },
+			run: func(t *testing.T, p *Pool[*conn]) {
+				onOwnGoroutine(t, func() { _, _ = catchPanic(func() { _, _ = p.Lease(cancelable) }) })
+			},
+		},
+		"IsReady": {
+			opts: func(tr *tracker, goexit func()) Options[*conn] {
+				return Options[*conn]{Preparer: &testPreparer{isReady: func(context.Context, *conn) (bool, error) { goexit(); return true, nil }}}
+			},
+			run: lease(context.Background()),
+		},
+		"Prepare": {
+			opts: func(tr *tracker, goexit func()) Options[*conn] {
+				return Options[*conn]{Preparer: &testPreparer{
+					isReady: func(context.Context, *conn) (bool, error) { return false, nil },
+					prepare: func(context.Context, *conn) error { goexit(); return nil },
+				}}
+			},
+			run: lease(context.Background()),
+		},
+		"Reset": {
+			opts: func(tr *tracker, goexit func()) Options[*conn] {
+				return Options[*conn]{Reset: func(*conn) error { goexit(); return nil }}
+			},
+			run: lease(context.Background()),
+		},
+		"Destroy on Discard": {
+			opts: func(tr *tracker, goexit func()) Options[*conn] {
+				return Options[*conn]{Destroy: func(c *conn) error { err := tr.destroy(c); goexit(); return err }}
+			},
+			run: func(t *testing.T, p *Pool[*conn]) {
+				onOwnGoroutine(t, func() {
+					if l, err := p.Lease(context.Background()); err == nil {
+						l.Discard()
+					}
+				})
+			},
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			tr := &tracker{}
+			var fired atomic.Bool
+			goexit := func() {
+				if fired.CompareAndSwap(false, true) {
+					runtime.Goexit()
+				}
+			}
+			opts := c.opts(tr, goexit)
+			opts.MaxSize = 2
+			if opts.Destroy == nil {
+				opts.Destroy = tr.destroy
+			}
+			var f Factory[*conn] = tr
+			if strings.HasPrefix(name, "factory") {
+				f = FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+					goexit()
+					return tr.Create(ctx)
+				})
+			}
+			p, err := New(context.Background(), f, opts)
+			require.NoError(t, err)
+			defer p.Close()
+
+			c.run(t, p)
+			require.True(t, fired.Load(), "the callback ran")
+			require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond,
+				"every item slot comes back: %+v", p.Stats())
+			s := p.Stats()
+			assert.Equal(t, int64(s.ItemsAllocated), tr.live.Load(), "the items in existence are the pool's: %+v", s)
+			for range 2 {
+				l, err := p.TryLease(context.Background())
+				require.NoError(t, err, "MaxSize items can be leased again")
+				defer l.Release()
+			}
+		})
+	}
+}
+
+func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
+	errDestroy := errors.New("destroy failed")
+	errReset := errors.New("reset failed")
+	failingDestroy := func(tr *tracker) func(*conn) error {
+		return func(c *conn) error { _ = tr.destroy(c); return errDestroy }
+	}
+
+	t.Run("Destroy on Discard", func(t *testing.T) {
+		var log logBuffer
+		tr := &tracker{}
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{Name: "edpool", Logger: log.logger(), Destroy: failingDestroy(tr)})
+		require.NoError(t, err)
+		defer p.Close()
+		mustLease(t, p).Discard()
+		assert.Contains(t, log.String(), `level=WARN msg="pool: destroy item" pool.name=edpool err="pool \"edpool\": destroy item: destroy failed"`)
+		assert.EqualValues(t, 1, p.Stats().DestroyErrors)
+	})
+	t.Run("Reset and then Destroy on Release", func(t *testing.T) {
+		var log logBuffer
+		tr := &tracker{}
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{Name: "edpool", Logger: log.logger(),
+			Destroy: failingDestroy(tr), Reset: func(*conn) error { return errReset }})
+		require.NoError(t, err)
+		defer p.Close()
+		mustLease(t, p).Release()
+		out := log.String()
+		assert.Contains(t, out, `msg="pool: reset item; destroying it" pool.name=edpool err="pool \"edpool\": reset item: reset failed"`)
+		assert.Contains(t, out, `msg="pool: destroy item"`)
+		assert.EqualValues(t, 1, p.Stats().DestroyErrors)
+	})
+	t.Run("Destroy on expiry at release", func(t *testing.T) {
+		var log logBuffer
+		tr := &tracker{}
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{Name: "edpool", Logger: log.logger(),
+			Destroy: failingDestroy(tr), MaxLifetime: time.Minute})
+		require.NoError(t, err)
+		defer p.Close()
+		clk := setFakeClock(p)
+		l := mustLease(t, p)
+		clk.advance(minutes(2))
+		l.Release()
+		assert.Contains(t, log.String(), `msg="pool: destroy item"`)
+		assert.EqualValues(t, 1, p.Stats().LifetimeExpired)
+	})
+	t.Run("a creation whose lease gave up", func(t *testing.T) {
+		var log logBuffer
+		tr := &tracker{}
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{Name: "edpool", Logger: log.logger()})
+		require.NoError(t, err)
+		defer p.Close()
+		block := make(chan struct{})
+		setBlock(tr, block)
+		tr.setFail(errBoom)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		defer cancel()
+		_, err = p.Lease(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		close(block) // the abandoned creation fails now, with nobody to tell
+		require.Eventually(t, func() bool { return strings.Contains(log.String(), "boom") }, testWait, time.Millisecond)
+		assert.Contains(t, log.String(), `msg="pool: a creation whose lease gave up failed" pool.name=edpool err="pool \"edpool\": create item: boom"`)
+	})
+	t.Run("Clear", func(t *testing.T) {
+		var log logBuffer
+		tr := &tracker{}
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{Name: "edpool", Logger: log.logger(),
+			MinSize: 2, Destroy: failingDestroy(tr)})
+		require.NoError(t, err)
+		tr.setFail(errBoom)
+		p.Clear()
+		out := log.String()
+		assert.Contains(t, out, `msg="pool: clear: destroy idle items"`)
+		assert.Contains(t, out, `msg="pool: clear: refill to MinSize" pool.name=edpool err="pool \"edpool\": create item: boom"`)
+		assert.EqualValues(t, 2, p.Stats().DestroyErrors)
+		assert.NoError(t, p.Close())
+	})
+	t.Run("Close returns its errors instead", func(t *testing.T) {
+		var log logBuffer
+		tr := &tracker{}
+		mp, reader := mtProvider(t)
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{Name: "edpool", Logger: log.logger(),
+			MinSize: 1, Destroy: failingDestroy(tr), MeterProvider: mp})
+		require.NoError(t, err)
+		assert.ErrorIs(t, p.Close(), errDestroy)
+		assert.Empty(t, log.String(), "nothing logged: Close's caller has the error")
+		assert.EqualValues(t, 1, p.Stats().DestroyErrors)
+		points := mtCollect(t, reader).mtCounter(t, "pool.items.destroy_errors", "{error}")
+		attrs := mtAttrs("edpool")
+		assert.EqualValues(t, 1, points[attrs.Equivalent()], "the counter instrument")
+	})
+}

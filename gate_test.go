@@ -1,0 +1,470 @@
+package pool
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The capacity gate: leases wait in FIFO order, a released item or a freed
+// place goes straight to the oldest waiter, a wait ends with LeaseTimeout or
+// the caller's ctx, and at the instant of a grant giving up wins and the
+// grant passes on (the package documentation's "Waiting and errors").
+
+func TestWaitersAreServedInFIFOOrder(t *testing.T) {
+	const waiters = 8
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1})
+	held, err := p.Lease(bg)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := p.Lease(bg)
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			l.Release() // hands the item to the next in line
+		}()
+		waitQueued(t, p, i+1) // queue them in a known order
+	}
+	held.Release()
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, order)
+	assert.EqualValues(t, waiters, p.Stats().Waits)
+}
+
+func TestReleaseHandsItemStraightToWaiter(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	held := mustLease(t, p)
+	got := leaseAsync(bg, p)
+	waitQueued(t, p, 1)
+	first := held.Value()
+	held.Release()
+	o := awaitLease(t, got)
+	require.NoError(t, o.err)
+	l := o.l
+	assert.Same(t, first, l.Value())
+	assert.EqualValues(t, 1, tr.created.Load())
+	assert.Equal(t, 0, p.Stats().ItemsAvailable, "the item never went idle")
+	l.Release()
+}
+
+func TestLifecycleDiscardGivesWaiterRightToCreate(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	l := mustLease(t, p)
+	item := l.Value()
+	waiter := leaseAsync(context.Background(), p)
+	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 }, testWait, time.Millisecond)
+
+	l.Discard()
+	assert.True(t, item.closed.Load(), "Discard destroys the item")
+	o := awaitLease(t, waiter)
+	require.NoError(t, o.err)
+	assert.Equal(t, 2, o.l.Value().id, "the waiter creates a fresh item with the freed permit")
+	assert.Equal(t, int64(2), tr.created.Load())
+	s := p.Stats()
+	assert.Equal(t, uint64(1), s.Destroyed)
+	assert.Equal(t, 1, s.ActiveLeases)
+	o.l.Release()
+	assertAtRest(t, p)
+}
+
+func TestLeaseTimeoutAndCancelAreDistinct(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{Name: "Smtp.Pool", MaxSize: 1, LeaseTimeout: 20 * time.Millisecond})
+	held, err := p.Lease(bg)
+	require.NoError(t, err)
+	defer held.Release()
+
+	_, err = p.Lease(bg)
+	require.ErrorIs(t, err, ErrLeaseTimeout)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), `"Smtp.Pool"`)
+	assert.Contains(t, err.Error(), "MaxSize 1")
+
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	_, err = p.Lease(ctx)
+	assert.Equal(t, context.Canceled, err)
+
+	ctx, cancel = context.WithTimeout(bg, time.Millisecond)
+	defer cancel()
+	_, err = p.Lease(ctx)
+	assert.Equal(t, context.DeadlineExceeded, err)
+	assert.NotErrorIs(t, err, ErrLeaseTimeout)
+
+	s := p.Stats()
+	assert.EqualValues(t, 1, s.Timeouts)
+	assert.EqualValues(t, 2, s.Canceled)
+	assert.EqualValues(t, 2, s.Waits, "the lease whose ctx had ended never queued")
+	assert.GreaterOrEqual(t, s.WaitTime, 20*time.Millisecond)
+	assert.Equal(t, 0, s.QueuedLeases)
+	assert.Equal(t, 1, s.ActiveLeases)
+}
+
+// blockingErrCtx is a Context whose Err, from its second call on, waits for
+// a mutex: a Context's Err may take a lock (cancelCtx's does), and the
+// gate calls it while holding its own.
+type blockingErrCtx struct {
+	context.Context
+	calls atomic.Int32
+	mu    *sync.Mutex
+}
+
+func (c *blockingErrCtx) Err() error {
+	if c.calls.Add(1) > 1 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	return c.Context.Err()
+}
+
+// TestLeaseWithAContextWhoseErrBlocks: the gate's critical sections run
+// unpreemptible (see gate.go), and a goroutine in that state must not park,
+// or the runtime throws. acquire calls the ctx's Err there, as the lease
+// queues, so it must call it preemptible: here that Err parks for 20 ms
+// while the gate's mutex is held, and the lease still waits and gets the
+// item.
+func TestLeaseWithAContextWhoseErrBlocks(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1})
+	first, err := p.Lease(context.Background())
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	mu.Lock()
+	ctx := &blockingErrCtx{Context: context.Background(), mu: &mu}
+	got := leaseAsync(ctx, p)
+	time.Sleep(20 * time.Millisecond) // the lease's Err call waits on mu, the gate's mutex held
+	mu.Unlock()
+	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 }, 5*time.Second, time.Millisecond,
+		"the lease queued after its ctx's Err returned")
+	first.Release()
+	o := awaitLease(t, got)
+	require.NoError(t, o.err)
+	o.l.Release()
+	assert.GreaterOrEqual(t, ctx.calls.Load(), int32(2), "Err was called as the lease queued")
+}
+
+// grantAndGiveUp makes the next await find its grant and its giving up
+// ready at the same instant: the hook, which runs inside await before it
+// waits, releases the lease that the waiter is queued for and then ends
+// the wait's ctx (or lets its LeaseTimeout elapse).
+func grantAndGiveUp(t *testing.T, release func(), giveUp func()) {
+	t.Helper()
+	var once sync.Once
+	testHooks.beforeWait = func() {
+		once.Do(func() {
+			release()
+			giveUp()
+		})
+	}
+	t.Cleanup(func() { testHooks.beforeWait = nil })
+}
+
+func TestCancelAtGrantPassesItemOn(t *testing.T) {
+	const rounds = 40 // a select with both cases ready picks either: 2^-40 to pass by luck
+	for round := range rounds {
+		p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+		held := mustLease(t, p)
+
+		// A second waiter, queued behind the one that gives up, must get
+		// the item in FIFO order.
+		ctx, cancel := context.WithCancel(context.Background())
+		grantAndGiveUp(t, held.Release, cancel)
+		first := leaseAsync(ctx, p)
+		require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 || len(first) == 1 }, testWait, time.Millisecond)
+		o := awaitLease(t, first)
+		require.ErrorIs(t, o.err, context.Canceled, "round %d: the canceled waiter returns its ctx's error", round)
+		assert.Equal(t, Lease[*conn]{}, o.l)
+
+		s := p.Stats()
+		assert.Equal(t, 1, s.ItemsAvailable, "round %d: the item went back, idle: %+v", round, s)
+		assert.Zero(t, s.ActiveLeases, "round %d", round)
+		assert.EqualValues(t, 1, tr.created.Load(), "round %d: nothing lost, nothing created", round)
+		assert.EqualValues(t, 1, s.Canceled)
+		testHooks.beforeWait = nil
+		require.NoError(t, p.Close())
+	}
+}
+
+func TestCancelAtGrantHandsItemToNextWaiter(t *testing.T) {
+	for round := range 20 {
+		p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+		held := mustLease(t, p)
+		item := held.Value()
+
+		second := make(chan leaseOutcome, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		grantAndGiveUp(t, func() {
+			// Queue the second waiter behind this one, then release.
+			go func() {
+				l, err := p.Lease(context.Background())
+				second <- leaseOutcome{l, err}
+			}()
+			for p.Stats().QueuedLeases < 2 {
+				runtime.Gosched()
+			}
+			held.Release()
+		}, cancel)
+		o := awaitLease(t, leaseAsync(ctx, p))
+		require.ErrorIs(t, o.err, context.Canceled, "round %d", round)
+		o2 := awaitLease(t, second)
+		require.NoError(t, o2.err)
+		assert.Same(t, item, o2.l.Value(), "round %d: the next waiter gets the item", round)
+		o2.l.Release()
+		assert.EqualValues(t, 1, tr.created.Load())
+		testHooks.beforeWait = nil
+		require.NoError(t, p.Close())
+	}
+}
+
+func TestLeaseTimeoutAtGrantPassesItemOn(t *testing.T) {
+	for round := range 20 {
+		p, _ := newTracked(t, Options[*conn]{MaxSize: 1, LeaseTimeout: time.Millisecond})
+		held := mustLease(t, p)
+		grantAndGiveUp(t, held.Release, func() { time.Sleep(5 * time.Millisecond) })
+		o := awaitLease(t, leaseAsync(context.Background(), p))
+		require.ErrorIs(t, o.err, ErrLeaseTimeout, "round %d: the elapsed LeaseTimeout wins", round)
+		s := p.Stats()
+		assert.Equal(t, 1, s.ItemsAvailable, "round %d: the item went back: %+v", round, s)
+		assert.EqualValues(t, 1, s.Timeouts)
+		testHooks.beforeWait = nil
+		require.NoError(t, p.Close())
+	}
+}
+
+func TestGateLeavePassesRacedGrantOn(t *testing.T) {
+	newWaiter := func() *waiter[int] { return &waiter[int]{ready: make(chan struct{}, 1)} }
+	item := &entry[int]{value: 42}
+	// grant grants the oldest waiter as a release or Close does: under the
+	// lock, waking it as the lock is released.
+	grant := func(g *gate[int], e *entry[int], err error) bool {
+		g.lock()
+		defer g.unlock()
+		return g.grantOldest(e, err)
+	}
+	// leave is how await ends a wait that gave up: it leaves the queue
+	// and, when a grant raced with that, gives the grant up.
+	leave := func(g *gate[int], w *waiter[int]) (stranded *entry[int], closed bool) {
+		if !g.leave(w) {
+			return nil, false
+		}
+		e, err, _ := g.giveUp(w, context.Canceled, false)
+		return e, err == ErrClosed
+	}
+
+	t.Run("item to the next waiter", func(t *testing.T) {
+		g := &gate[int]{size: 1, held: 1}
+		w1, w2 := newWaiter(), newWaiter()
+		g.waiters.pushBack(w1)
+		g.waiters.pushBack(w2)
+		require.True(t, grant(g, item, nil)) // w1 is granted ...
+		stranded, closed := leave(g, w1)     // ... as it gives up
+		assert.Nil(t, stranded)
+		assert.False(t, closed)
+		require.Len(t, w2.ready, 1, "w2 was woken")
+		assert.Same(t, item, w2.e)
+		assert.Equal(t, 1, g.held, "the permit moved with the item")
+		assert.Equal(t, 0, g.waiters.n)
+	})
+	t.Run("item to the idle queue", func(t *testing.T) {
+		g := &gate[int]{size: 1, held: 1}
+		w1 := newWaiter()
+		g.waiters.pushBack(w1)
+		grant(g, item, nil)
+		leave(g, w1)
+		assert.Equal(t, 0, g.held)
+		assert.Equal(t, 1, g.idle.len())
+	})
+	t.Run("bare permit comes free", func(t *testing.T) {
+		g := &gate[int]{size: 1, held: 1}
+		w1 := newWaiter()
+		g.waiters.pushBack(w1)
+		grant(g, nil, nil)
+		leave(g, w1)
+		assert.Equal(t, 0, g.held)
+		assert.Equal(t, 0, g.idle.len())
+	})
+	t.Run("not granted: just leaves", func(t *testing.T) {
+		g := &gate[int]{size: 1, held: 1}
+		w1, w2 := newWaiter(), newWaiter()
+		g.waiters.pushBack(w1)
+		g.waiters.pushBack(w2)
+		leave(g, w1)
+		assert.Same(t, w2, g.waiters.head)
+		assert.Equal(t, 1, g.waiters.n)
+		assert.Equal(t, 1, g.held)
+	})
+	t.Run("closed after the grant: item stranded for the caller", func(t *testing.T) {
+		g := &gate[int]{size: 1, held: 1}
+		w1 := newWaiter()
+		g.waiters.pushBack(w1)
+		grant(g, item, nil)
+		g.close()
+		stranded, closed := leave(g, w1)
+		assert.Same(t, item, stranded)
+		assert.False(t, closed)
+		assert.Equal(t, 1, g.held, "the caller still holds the permit")
+	})
+	t.Run("gave up between the grant and the wake-up", func(t *testing.T) {
+		g := &gate[int]{size: 1, held: 1}
+		w1, w2 := newWaiter(), newWaiter()
+		g.waiters.pushBack(w1)
+		g.waiters.pushBack(w2)
+		g.lock()
+		require.True(t, g.grantOldest(item, nil)) // granted, not yet woken
+		left := make(chan *entry[int])
+		go func() {
+			stranded, _ := leave(g, w1) // waits for the lock, then for the token
+			left <- stranded
+		}()
+		g.unlock() // wakes w1, whose leave passes the item on
+		select {
+		case stranded := <-left:
+			assert.Nil(t, stranded)
+		case <-time.After(testWait):
+			t.Fatal("leave never saw the wake-up")
+		}
+		require.Len(t, w2.ready, 1, "w2 was woken")
+		assert.Same(t, item, w2.e)
+		assert.Equal(t, 1, g.held)
+	})
+	t.Run("woken by Close", func(t *testing.T) {
+		g := &gate[int]{size: 1, held: 1}
+		w1 := newWaiter()
+		g.waiters.pushBack(w1)
+		g.close()
+		stranded, closed := leave(g, w1)
+		assert.Nil(t, stranded)
+		assert.True(t, closed)
+	})
+}
+
+// TestCancelAtHandoffNeverLosesAPermit races a waiter's cancellation
+// against the release that hands it the item, many times over, and checks
+// after every round that the permit and the item are both still there.
+func TestCancelAtHandoffNeverLosesAPermit(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	rounds := 2000
+	if testing.Short() {
+		rounds = 200
+	}
+	var got, canceled int
+	for range rounds {
+		held, err := p.Lease(bg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(bg)
+		res := make(chan error, 1)
+		go func() {
+			l, err := p.Lease(ctx)
+			if err == nil {
+				l.Release()
+			}
+			res <- err
+		}()
+		waitQueued(t, p, 1)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; cancel() }()
+		go func() { defer wg.Done(); <-start; held.Release() }()
+		close(start)
+		wg.Wait()
+		if err := <-res; err == nil {
+			got++
+		} else {
+			require.ErrorIs(t, err, context.Canceled)
+			canceled++
+		}
+		s := p.Stats()
+		require.Equal(t, 0, s.ActiveLeases, "a permit was lost")
+		require.Equal(t, 1, s.ItemsAvailable, "the item was lost")
+	}
+	assert.EqualValues(t, 1, tr.created.Load(), "one item served every round")
+	t.Logf("%d rounds: waiter served %d, canceled %d", rounds, got, canceled)
+}
+
+// TestWaiterTimerReuse waits twice on one waiter record, whose timer fired
+// during the first wait as the grant came. The second wait must last: a
+// stale tick left in the timer's channel would end it at once with
+// ErrLeaseTimeout "for 0s". TestWaiterTimerUnderAsyncTimerChan runs it
+// again with the channels Go had before 1.23, where the tick does stay.
+func TestWaiterTimerReuse(t *testing.T) {
+	for round := range 20 {
+		g := &gate[int]{size: 1, held: 1}
+		g.slots.init()
+		w := &waiter[int]{ready: make(chan struct{}, 1)}
+		grant := func() {
+			g.lock()
+			g.grantOldest(nil, nil)
+			g.unlock()
+		}
+
+		// The same waiter again: granted after 20 ms, well within its 10 s.
+		waitAgain := func() {
+			t.Helper()
+			g.held = 1
+			g.mu.Lock()
+			g.enqueueLocked(w)
+			g.mu.Unlock()
+			time.AfterFunc(20*time.Millisecond, grant)
+			_, waited, expired, err := g.await(context.Background(), w, 10*time.Second)
+			require.NoError(t, err, "round %d: the wait lasted until the grant (waited %v), no stale tick ended it", round, waited)
+			require.False(t, expired)
+		}
+
+		// Granted, and the 1 ms timer fired, before the wait looks: the
+		// timeout wins.
+		g.mu.Lock()
+		g.enqueueLocked(w)
+		g.mu.Unlock()
+		testHooks.beforeWait = func() {
+			grant()
+			time.Sleep(3 * time.Millisecond)
+		}
+		_, _, expired, err := g.await(context.Background(), w, time.Millisecond)
+		testHooks.beforeWait = nil
+		require.ErrorIs(t, err, ErrLeaseTimeout, "round %d: the elapsed timeout wins over the grant", round)
+		require.True(t, expired)
+		require.Zero(t, g.held, "the granted permit was passed on")
+		waitAgain()
+
+		// Granted; the timer fires just after the wait took the grant.
+		g.held = 1
+		g.mu.Lock()
+		g.enqueueLocked(w)
+		g.mu.Unlock()
+		testHooks.beforeWait = grant
+		testHooks.afterWait = func() { time.Sleep(3 * time.Millisecond) }
+		_, _, _, err = g.await(context.Background(), w, time.Millisecond)
+		testHooks.beforeWait, testHooks.afterWait = nil, nil
+		require.NoError(t, err, "round %d: granted before the timer fired", round)
+		waitAgain()
+	}
+}
+
+func TestWaiterTimerUnderAsyncTimerChan(t *testing.T) {
+	if os.Getenv("POOL_TEST_CHILD") != "" {
+		t.Skip("in the child already")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestWaiterTimerReuse$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), "GODEBUG=asynctimerchan=1", "POOL_TEST_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "under GODEBUG=asynctimerchan=1:\n%s", out)
+	assert.Contains(t, string(out), "--- PASS: TestWaiterTimerReuse", "the child ran the test:\n%s", out)
+}
