@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -297,4 +298,36 @@ func catchPanic(f func()) (v any, panicked bool) {
 	f()
 	panicked = false
 	return nil, false
+}
+
+// catchPanicStack is catchPanic that also returns, when f panicked, the
+// stack where it did, for a report: catchPanic recovers only after the
+// panicking frames are gone.
+func catchPanicStack(f func()) (v any, stack []byte, panicked bool) {
+	v, panicked = catchPanic(func() {
+		returned := false
+		defer func() {
+			if !returned {
+				stack = debug.Stack() // still on top of the panicking frames
+			}
+		}()
+		f()
+		returned = true
+	})
+	return v, stack, panicked
+}
+
+// catchGoexit calls f on a goroutine of its own, waits for it, and reports
+// whether f called runtime.Goexit, which ends only that goroutine. f must
+// not panic: wrap it in catchPanic.
+func catchGoexit(f func()) (goexited bool) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		goexited = true
+		f()
+		goexited = false
+	}()
+	<-done
+	return goexited
 }
