@@ -35,6 +35,9 @@ func (h faultHook) String() string {
 	return [...]string{"Create", "IsReady", "Prepare", "Reset", "Destroy"}[h]
 }
 
+// hasCtx says whether the pool passes h a ctx: Reset and Destroy get none.
+func (h faultHook) hasCtx() bool { return h != onReset && h != onDestroy }
+
 // faultKind is what one call of a hook does.
 type faultKind int
 
@@ -245,7 +248,7 @@ func (f *faults) injected(h faultHook, k faultKind) int64 { return f.faulted[h][
 
 // strike carries out fault k in h: it panics, calls Goexit, or returns the
 // error the hook must return (nil: succeed). A hang waits for ctx to end,
-// or without a ctx (Reset, Destroy: ctx nil) only sleeps.
+// or, in a hook without a ctx, only sleeps.
 func (f *faults) strike(ctx context.Context, h faultHook, k faultKind) error {
 	fault := injectedFault{h, k}
 	switch k {
@@ -256,7 +259,7 @@ func (f *faults) strike(ctx context.Context, h faultHook, k faultKind) error {
 	case faultGoexit:
 		runtime.Goexit()
 	case faultHang:
-		if ctx == nil {
+		if !h.hasCtx() {
 			time.Sleep(time.Duration(1+int(f.float()*4)) * time.Millisecond)
 			return nil
 		}
@@ -266,9 +269,9 @@ func (f *faults) strike(ctx context.Context, h faultHook, k faultKind) error {
 	return fault
 }
 
-// slow makes a call of h slow at h's slow rate: it sleeps, within ctx when
-// there is one (nil: none), and returns an error wrapping ctx's when that
-// ends first.
+// slow makes a call of h slow at h's slow rate: it sleeps, within ctx in a
+// hook that has one, and returns an error wrapping ctx's when that ends
+// first.
 func (f *faults) slow(ctx context.Context, h faultHook) error {
 	r := f.rates[h]
 	if r.slow == 0 || !f.on.Load() || f.float() >= r.slow {
@@ -276,7 +279,7 @@ func (f *faults) slow(ctx context.Context, h faultHook) error {
 	}
 	f.slowed[h].Add(1)
 	d := time.Duration(f.float() * float64(r.slowFor))
-	if ctx == nil {
+	if !h.hasCtx() {
 		time.Sleep(d)
 		return nil
 	}
@@ -359,8 +362,9 @@ func (f *faults) reset(it *faultItem) error {
 	if n, m := it.resets.Add(1), it.leases.Load(); n > m {
 		f.violate("Reset ran %d times for %d leases of item %d: a lease ended twice", n, m, it.id)
 	}
-	_ = f.slow(nil, onReset)
-	return f.strike(nil, onReset, f.fault(context.Background(), onReset))
+	ctx := context.Background()
+	_ = f.slow(ctx, onReset)
+	return f.strike(ctx, onReset, f.fault(ctx, onReset))
 }
 
 // destroy is Options.Destroy: the pool destroys only an item nobody uses,
@@ -375,8 +379,9 @@ func (f *faults) destroy(it *faultItem) error {
 	}
 	f.destroyed.Add(1)
 	defer f.live.Add(-1)
-	_ = f.slow(nil, onDestroy)
-	return f.strike(nil, onDestroy, f.fault(context.Background(), onDestroy))
+	ctx := context.Background()
+	_ = f.slow(ctx, onDestroy)
+	return f.strike(ctx, onDestroy, f.fault(ctx, onDestroy))
 }
 
 // vet checks that user code handed item it is its only user: no lease
