@@ -18,15 +18,17 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// # FuzzPool: the pool against a model of SPEC.md
+// # FuzzPool: the pool against a model of its documentation
 //
 // The fuzz input is a script: two bytes of configuration, then operations
 // of two bytes each (an opcode and an argument). fzRun plays the script on a
-// real pool and, step by step, on fzModel, a sequential model of what
-// SPEC.md promises, written as plainly as the contract reads: permits
-// counted by hand, idle items in a list, waiters in a FIFO. After every step
-// it compares the outcome (error class, item, panic), Stats, the set of
-// items in existence (by the factory's own count) and the idle order.
+// real pool and, step by step, on fzModel, a sequential model of what the
+// package documentation promises, written as plainly as the contract reads:
+// permits counted by hand, idle items in a list, waiters in a FIFO. After
+// every step it compares the outcome (error class, item, panic), Stats, the
+// set of items in existence (by the faults harness's own count, which also
+// checks that no item is held by two leases or destroyed twice) and the
+// idle order.
 //
 // The operations cover leasing (Lease, TryLease, with a live or canceled
 // ctx, and leases that queue and wait on goroutines of their own), every
@@ -36,7 +38,7 @@ import (
 // scheduled for the next factory call, readiness check, Reset or Destroy:
 // a failure or a panic.
 //
-// Lifecycle over time (SPEC.md, Additions, second round):
+// Lifecycle over time (doc.go, "Lifecycle of an item" and "Upkeep"):
 //
 //   - The sweep for expiry that a lease or release runs once a period:
 //     the parked item joins the queue, and every expired queued item is
@@ -65,8 +67,8 @@ import (
 // Determinism. The model predicts which item each lease gets, so the test
 // gives the pool's idle ring a single slot: whichever processor (or, in the
 // poolportable build, whichever hint) a goroutine runs on, the slot holds
-// the most recently released item, in front of the idle queue, as SPEC.md's
-// idle order says; the model keeps it so. Every goroutine the script starts
+// the most recently released item, in front of the idle queue, as the
+// documented idle order says (doc.go, "Lifecycle of an item": Leased); the model keeps it so. Every goroutine the script starts
 // is waited for before the next step, so one goroutine at a time uses the
 // pool, and the order in which user code runs (and so which scheduled fault
 // it meets) is the model's order. Several slots, and interleavings across
@@ -301,7 +303,7 @@ type fzGot struct {
 	panicked  bool
 }
 
-// fzModel is SPEC.md's pool, sequential and counted by hand.
+// fzModel is the documented pool, sequential and counted by hand.
 type fzModel struct {
 	maxSize, minSize                         int
 	idleTimeout, maxLifetime, checkAfterIdle int64
@@ -509,7 +511,8 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 }
 
 // obtain turns a held permit, with item id or none (0), into a leased item:
-// SPEC.md's lease path after the permit.
+// the documented lease after the permit (doc.go, "Lifecycle of an item":
+// Leased).
 func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 	clockRead := false
 	for {
@@ -888,9 +891,9 @@ func (m *fzModel) setMaxSize(n int) fzOutcome {
 // fzUpkeepCheckRaises says whether a Destroy panic in the upkeep's check
 // (an item that failed its idle check is destroyed, and Destroy panics)
 // ends the round and reaches upkeepRound's caller. It did once, and on the
-// upkeep's goroutine that crashed the program; SPEC.md says the upkeep's
-// failures are counted and logged (Errors with no caller), and so they are
-// now: the round goes on.
+// upkeep's goroutine that crashed the program; the upkeep's failures have no
+// caller to go to, so they are counted and logged (doc.go, "Waiting and
+// errors"), and so they are now: the round goes on.
 const fzUpkeepCheckRaises = false
 
 // upkeepRound is one round of the upkeep, run by the script: the expired
