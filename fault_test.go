@@ -460,8 +460,10 @@ func (r *ftRun) round(rng *rand.Rand) {
 		return
 	}
 	r.leases.Add(1)
-	it := l.Value()
-	r.f.hold(it)
+	it, ok := r.f.take(l)
+	if !ok {
+		return
+	}
 	if rng.IntN(4) == 0 {
 		time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
 	} else {
@@ -474,7 +476,10 @@ func (r *ftRun) round(rng *rand.Rand) {
 		r.guard(ftAtDiscard, l.Discard)
 	case 2:
 		r.f.detaching(it)
-		l.Detach()
+		if v, panicked := catchPanic(func() { l.Detach() }); panicked {
+			r.f.violate("Detach of a held lease panicked: %v", v) // another holder ended it
+			return
+		}
 		r.f.disposed(it)
 		r.detached.Add(1)
 	default:

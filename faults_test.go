@@ -395,9 +395,24 @@ func (f *faults) vet(it *faultItem, h faultHook) {
 	}
 }
 
-// hold is what a lease holder does first with the item it got: mark it in
-// use. An item already marked has two holders at once; one not alive was
-// handed out after its destruction or Detach.
+// take is what a lease holder does first with a lease it got: Value, which
+// must not panic on a lease just granted (it does when another holder of
+// the same item has ended it already), then hold. It reports whether it
+// got the item.
+func (f *faults) take(l Lease[*faultItem]) (*faultItem, bool) {
+	f.t.Helper()
+	var it *faultItem
+	if v, panicked := catchPanic(func() { it = l.Value() }); panicked {
+		f.violate("a lease ended before its holder used it: %v", v)
+		return nil, false
+	}
+	f.hold(it)
+	return it, true
+}
+
+// hold marks the item a lease holder got in use. An item already marked
+// has two holders at once; one not alive was handed out after its
+// destruction or Detach.
 func (f *faults) hold(it *faultItem) {
 	if !it.inUse.CompareAndSwap(false, true) {
 		f.violate("item %d leased while another lease holds it", it.id)

@@ -1130,9 +1130,10 @@ func (r *fzRun) lease(try, canceled bool) {
 // and keeps the handle.
 func (r *fzRun) leased(l Lease[*faultItem], err error, recovered any, panicked bool) fzOutcome {
 	o := fzClassify(err, recovered, panicked)
-	if o.kind == fzOK {
-		it := l.Value()
-		r.f.hold(it)
+	if o.kind != fzOK {
+		return o
+	}
+	if it, ok := r.f.take(l); ok {
 		o.id = it.id
 		r.handles = append(r.handles, fzHandle{l: l, rec: &fzLeaseRec{id: o.id, it: it}})
 	}

@@ -443,12 +443,10 @@ func (s *skRun) lease(r *rand.Rand) (l Lease[*faultItem], ok, closed bool) {
 // first (10 %), by the courier (8 %), or by two copies at once (15 %). When
 // the worker ended it, l joins the stale handles.
 func (s *skRun) use(r *rand.Rand, l Lease[*faultItem]) {
-	it, ok := skValue(l)
+	it, ok := s.f.take(l)
 	if !ok {
-		s.violate("a lease ended before its holder used it")
 		return
 	}
-	s.f.hold(it)
 	skHold(r)
 	switch k := r.IntN(100); {
 	case k < 40:
