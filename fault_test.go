@@ -682,9 +682,10 @@ func (d *ftDialer) destroy(c *conn) error {
 // error, context.DeadlineExceeded, as the package documentation says
 // (doc.go, "Waiting and errors": a wait ended by ctx returns ctx.Err();
 // "Lifecycle of an item": a caller that gives up on a creation does not
-// wait for it), and counts as Canceled, not as a timeout. The abandoned dials finish in the background and their items
-// go idle, later leases reuse them without dialling again, Close destroys
-// them, and no goroutine is left behind.
+// wait for it), and counts as Canceled, not as a timeout. The abandoned
+// dials finish in the background and their items go idle, later leases
+// reuse them without dialling again, Close destroys them, and no goroutine
+// is left behind.
 func TestDialStorm(t *testing.T) {
 	ignore := goleak.IgnoreCurrent() // goroutines of earlier tests still winding down are theirs
 	const callers, maxSize = 100, 4
@@ -781,9 +782,10 @@ const ftChildEnv = "POOL_FT_CHILD"
 // goroutine (createAsync → adopt → putBack → toGate → destroyAndFree). A
 // panic in user code reaches the caller, and one in a creation nobody
 // waits for counts as a failed creation (doc.go, "Waiting and errors");
-// here nobody can recover a Destroy panic, so it must not escape that goroutine, which would end the whole
-// program. The scenario runs in a child process, so that a crash fails
-// this test rather than ending the test binary.
+// here nobody can recover a Destroy panic, so it must not escape that
+// goroutine, which would end the whole program. The scenario runs in a
+// child process, so that a crash fails this test rather than ending the
+// test binary.
 func TestFaultDestroyPanicOfAbandonedCreationAfterClose(t *testing.T) {
 	if os.Getenv(ftChildEnv) == t.Name() {
 		ftAbandonedCreationFinishesAfterClose(t)

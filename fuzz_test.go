@@ -68,10 +68,11 @@ import (
 // gives the pool's idle ring a single slot: whichever processor (or, in the
 // poolportable build, whichever hint) a goroutine runs on, the slot holds
 // the most recently released item, in front of the idle queue, as the
-// documented idle order says (doc.go, "Lifecycle of an item": Leased); the model keeps it so. Every goroutine the script starts
-// is waited for before the next step, so one goroutine at a time uses the
-// pool, and the order in which user code runs (and so which scheduled fault
-// it meets) is the model's order. Several slots, and interleavings across
+// documented idle order says (doc.go, "Lifecycle of an item": Leased); the
+// model keeps it so. Every goroutine the script starts is waited for
+// before the next step, so one goroutine at a time uses the pool, and the
+// order in which user code runs (and so which scheduled fault it meets) is
+// the model's order. Several slots, and interleavings across
 // processors, are left to the ring, stress and soak tests.
 //
 // Several waiters granted at once (SetMaxSize growing) go on with their

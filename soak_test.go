@@ -437,11 +437,12 @@ func (s *skRun) lease(r *rand.Rand) (l Lease[*faultItem], ok, closed bool) {
 	return l, false, false
 }
 
-// use holds l's item (the harness reports a second holder, and an item
-// that no longer exists), holds it briefly, and ends the lease one of the ways a caller can: Release (40 %),
-// Discard (10 %), Detach (5 %), twice (12 %), with a stale handle ended
-// first (10 %), by the courier (8 %), or by two copies at once (15 %). When
-// the worker ended it, l joins the stale handles.
+// use takes l's item (the harness reports a lease ended under it, a second
+// holder, and an item that no longer exists), holds it briefly, and ends
+// the lease one of the ways a caller can: Release (40 %), Discard (10 %),
+// Detach (5 %), twice (12 %), with a stale handle ended first (10 %), by
+// the courier (8 %), or by two copies at once (15 %). When the worker
+// ended it, l joins the stale handles.
 func (s *skRun) use(r *rand.Rand, l Lease[*faultItem]) {
 	it, ok := s.f.take(l)
 	if !ok {
