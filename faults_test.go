@@ -150,9 +150,9 @@ func (it *faultItem) stateNow() itemState { return itemState(it.state.Load()) }
 // Every hook checks that the item it is handed is alive and held by no
 // lease; Destroy, that it destroys each item once, never a detached one;
 // Reset, that it never runs more often for an item than the item was
-// leased (a lease ended twice). Lease holders call hold when they get an
-// item and unhold before they end the lease, which catches an item handed
-// to two holders at once. Violations go to violate.
+// leased (a lease ended twice). Lease holders call take (Value, then
+// hold) when they get a lease and unhold before they end it, which catches
+// an item handed to two holders at once. Violations go to violate.
 type faults struct {
 	t      testing.TB
 	shown  int // violations reported in full; past that they are only counted
