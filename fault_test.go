@@ -779,13 +779,13 @@ const ftChildEnv = "POOL_FT_CHILD"
 
 // TestFaultDestroyPanicOfAbandonedCreationAfterClose: an abandoned
 // creation that finishes after Close destroys its item on the pool's own
-// goroutine (createAsync → adopt → putBack → toGate → destroyAndFree). A
-// panic in user code reaches the caller, and one in a creation nobody
-// waits for counts as a failed creation (doc.go, "Waiting and errors");
-// here nobody can recover a Destroy panic, so it must not escape that
-// goroutine, which would end the whole program. The scenario runs in a
-// child process, so that a crash fails this test rather than ending the
-// test binary.
+// goroutine (createAsync → adopt → giveBack → giveBackToGate →
+// destroyAndFreeLogged). A panic in user code reaches the caller, and one
+// in a creation nobody waits for counts as a failed creation (doc.go,
+// "Waiting and errors"); here nobody can recover a Destroy panic, so it
+// must not escape that goroutine, which would end the whole program. The
+// scenario runs in a child process, so that a crash fails this test rather
+// than ending the test binary.
 func TestFaultDestroyPanicOfAbandonedCreationAfterClose(t *testing.T) {
 	if os.Getenv(ftChildEnv) == t.Name() {
 		ftAbandonedCreationFinishesAfterClose(t)

@@ -361,7 +361,7 @@ func (m *fzModel) sweep() {
 func (m *fzModel) destroyExpired() {
 	if id := m.slot; id != 0 {
 		m.slot = 0
-		m.passOn(id)
+		m.giveBackLocked(id)
 	}
 	floor := 0
 	if m.upkeep {
@@ -385,7 +385,7 @@ func (m *fzModel) destroyExpired() {
 		m.destroy(id, why)
 	}
 	for range swept {
-		m.passOn(0)
+		m.free()
 	}
 }
 
@@ -537,7 +537,7 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 		}
 		if !expired && m.needsCheck(it) {
 			if canceled { // gave up before the check: the item goes back as it was
-				m.putBack(id)
+				m.giveBack(id)
 				m.st.Canceled++
 				return fzOutcome{kind: fzCanceled}
 			}
@@ -552,23 +552,23 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 			return m.leased(id)
 		}
 		if m.destroy(id, why) { // the permit goes back, and the panic to the caller
-			m.passOn(0)
+			m.free()
 			return m.panicked(true, "")
 		}
 		id = 0
 	}
 	if canceled { // gave up before the creation started
-		m.passOn(0)
+		m.free()
 		m.st.Canceled++
 		return fzOutcome{kind: fzCanceled}
 	}
 	m.factoryCalls++
 	switch m.next(&m.plan.create) {
 	case fzFail:
-		m.passOn(0)
+		m.free()
 		return fzOutcome{kind: fzCreateErr}
 	case fzBoom:
-		m.passOn(0)
+		m.free()
 		return fzOutcome{kind: fzPanicked, panic: "create"}
 	}
 	id = m.newItem()
@@ -578,7 +578,7 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 			return m.panicked(m.destroyAndFree(id, reasonPrepare), "prepare")
 		case fzFail:
 			boom := m.destroy(id, reasonPrepare)
-			m.passOn(0)
+			m.free()
 			if boom {
 				return m.panicked(true, "")
 			}
@@ -640,23 +640,37 @@ func (m *fzModel) takeIdle() int {
 	}
 	if id := m.slot; id != 0 {
 		m.slot = 0
-		m.passOn(0)
+		m.free()
 		return id
 	}
 	return 0
 }
 
-// passOn gives back a permit, with idle item id or none (0): to the oldest
-// waiter, whose lease then goes on, or the item joins the queue and the
-// permit comes free. While shrinking, a bare permit retires instead of
-// going to a waiter. The gate is open, or id is 0 (see toGate).
-func (m *fzModel) passOn(id int) {
-	if (id != 0 || !m.shrinking()) && len(m.waiters) > 0 {
+// The model's gate, named after the pool's (the model, sequential, has no
+// lock to hold: the names are the gate's).
+
+// giveBackLocked is the gate's giveBackLocked: idle item id and the permit
+// the caller holds for it go to the oldest waiter, whose lease then goes
+// on, or the item joins the queue and the permit comes free. The gate is
+// open (see giveBackToGate), or the gate moves a parked item.
+func (m *fzModel) giveBackLocked(id int) {
+	if len(m.waiters) > 0 {
 		m.grant(id)
 		return
 	}
-	if id != 0 {
-		m.queue = append(m.queue, id)
+	m.queue = append(m.queue, id)
+	m.held--
+	m.bypassOn = m.bypassNeeded()
+}
+
+// free is the gate's free: a permit the caller holds with no item (it was
+// destroyed or detached, or its creation failed) goes to the oldest
+// waiter, as the right to create a fresh item, or comes free. While
+// shrinking, it retires instead of going to a waiter.
+func (m *fzModel) free() {
+	if !m.shrinking() && len(m.waiters) > 0 {
+		m.grant(0)
+		return
 	}
 	m.held--
 	m.bypassOn = m.bypassNeeded()
@@ -685,22 +699,24 @@ func (m *fzModel) runGranted() {
 	}
 }
 
-// toGate is the pool's toGate: item id, whose permit the caller holds, goes
-// through the gate (to the oldest waiter or the queue's tail), unless the
-// pool is closed or shrinking: then it is destroyed, and its permit goes
-// back. It reports whether that Destroy panicked.
-func (m *fzModel) toGate(id int) (boom bool) {
+// giveBackToGate is the pool's giveBackToGate: item id, whose permit the
+// caller holds, goes through the gate (to the oldest waiter or the queue's
+// tail), unless the pool is closed or shrinking: then the gate refuses it,
+// and it is destroyed and its permit freed. It reports whether that
+// Destroy panicked.
+func (m *fzModel) giveBackToGate(id int) (boom bool) {
 	switch {
 	case m.closed:
 		return m.destroyAndFree(id, reasonClose)
 	case m.shrinking():
 		return m.destroyAndFree(id, reasonResize)
 	}
-	m.passOn(id)
+	m.giveBackLocked(id)
 	return false
 }
 
-// destroy destroys an item, reporting whether Destroy panicked.
+// destroy is the pool's destroy: it destroys an item, whose permit stays
+// held, reporting whether Destroy panicked.
 func (m *fzModel) destroy(id int, why reason) (boom bool) {
 	delete(m.items, id)
 	m.st.Destroyed++
@@ -722,21 +738,24 @@ func (m *fzModel) destroy(id int, why reason) (boom bool) {
 	return false
 }
 
+// destroyAndFree is the pool's destroyAndFree: destroy, then free the
+// permit.
 func (m *fzModel) destroyAndFree(id int, why reason) (boom bool) {
 	boom = m.destroy(id, why)
-	m.passOn(0)
+	m.free()
 	return boom
 }
 
-// putBack makes an item whose permit the caller holds idle: parked, or
-// through the gate. Only a lease that gave up before its check and Clear's
-// refill put back, and neither runs on a closed pool.
-func (m *fzModel) putBack(id int) {
+// giveBack is the pool's giveBack: it makes an item whose permit the
+// caller holds idle: parked in the slot, or through the gate
+// (giveBackToGate). Only a lease that gave up before its check and Clear's
+// refill give back this way, and neither runs on a closed pool.
+func (m *fzModel) giveBack(id int) {
 	if !m.bypass() && m.slot == 0 {
 		m.slot = id
 		return
 	}
-	m.toGate(id)
+	m.giveBackToGate(id)
 }
 
 // release ends the lease rec with Release.
@@ -766,7 +785,7 @@ func (m *fzModel) release(rec *fzLeaseRec) fzOutcome {
 		m.slot = id
 		return fzOutcome{}
 	}
-	return m.panicked(m.toGate(id), "")
+	return m.panicked(m.giveBackToGate(id), "")
 }
 
 func (m *fzModel) discard(rec *fzLeaseRec) fzOutcome {
@@ -784,7 +803,7 @@ func (m *fzModel) detach(rec *fzLeaseRec) fzOutcome {
 	rec.ended = true
 	delete(m.items, rec.id)
 	m.st.Detached++
-	m.passOn(0)
+	m.free()
 	return fzOutcome{kind: fzOK, id: rec.id}
 }
 
@@ -812,13 +831,13 @@ func (m *fzModel) clear() fzOutcome {
 		m.factoryCalls++
 		switch m.next(&m.plan.create) {
 		case fzFail: // ends the refill quietly
-			m.passOn(0)
+			m.free()
 			return fzOutcome{}
 		case fzBoom:
-			m.passOn(0)
+			m.free()
 			return fzOutcome{kind: fzPanicked, panic: "create"}
 		}
-		m.putBack(m.newItem())
+		m.giveBack(m.newItem())
 	}
 	return fzOutcome{}
 }
@@ -925,7 +944,7 @@ func (m *fzModel) checkIdle() (boom bool) {
 	for range m.maxSize {
 		if id := m.slot; id != 0 {
 			m.slot = 0
-			m.passOn(id)
+			m.giveBackLocked(id)
 		}
 		at := slices.IndexFunc(m.queue, func(id int) bool { return m.needsCheck(m.items[id]) })
 		if at < 0 {
@@ -941,7 +960,7 @@ func (m *fzModel) checkIdle() (boom bool) {
 			continue
 		}
 		m.items[id].checkedAt = m.now
-		if m.toGate(id) && fzUpkeepCheckRaises {
+		if m.giveBackToGate(id) && fzUpkeepCheckRaises {
 			return true
 		}
 	}
@@ -960,10 +979,10 @@ func (m *fzModel) fillToMinSize() bool {
 		m.held++
 		m.factoryCalls++
 		if f := m.next(&m.plan.create); f == fzFail || f == fzBoom {
-			m.passOn(0)
+			m.free()
 			return false
 		}
-		m.toGate(m.newItem())
+		m.giveBackToGate(m.newItem())
 	}
 	return true
 }
