@@ -309,7 +309,7 @@ func TestLifecycleFactoryContextKeepsValuesNotCancellation(t *testing.T) {
 		l, err := p.Lease(context.WithValue(context.Background(), factoryCtxKey{}, "v"))
 		require.NoError(t, err)
 		l.Release()
-		fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+		fctx := recvOrFail(t, tr.ctxs, "the factory's ctx")
 		assert.Equal(t, "v", fctx.Value(factoryCtxKey{}))
 	})
 	t.Run("abandoned", func(t *testing.T) {
@@ -321,7 +321,7 @@ func TestLifecycleFactoryContextKeepsValuesNotCancellation(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), factoryCtxKey{}, "v"))
 		defer cancel()
 		ch := leaseAsync(ctx, p)
-		fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+		fctx := recvOrFail(t, tr.ctxs, "the factory's ctx")
 		assert.Equal(t, "v", fctx.Value(factoryCtxKey{}), "the caller's values reach the factory")
 		cancel()
 		require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
@@ -341,10 +341,10 @@ func TestLifecycleCloseCancelsFactoryContext(t *testing.T) {
 			setBlock(tr, make(chan struct{})) // never closed: only ctx ends Create
 
 			ch := leaseAsync(kind.ctx(t), p)
-			fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+			fctx := recvOrFail(t, tr.ctxs, "the factory's ctx")
 			require.NoError(t, fctx.Err())
 			require.NoError(t, p.Close())
-			lcRecv(t, fctx.Done(), "Close to cancel the factory's ctx")
+			recvOrFail(t, fctx.Done(), "Close to cancel the factory's ctx")
 
 			o := awaitLease(t, ch)
 			assert.ErrorIs(t, o.err, ErrClosed)
@@ -385,7 +385,7 @@ func TestLifecycleCloseWinsOverCallersCancelForCreation(t *testing.T) {
 	p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1})
 	require.NoError(t, err)
 	ch := leaseAsync(ctx, p)
-	lcRecv(t, entered, "Create")
+	recvOrFail(t, entered, "Create")
 	require.NoError(t, p.Close())
 
 	err = awaitLease(t, ch).err
@@ -405,7 +405,7 @@ func TestLifecycleCreateTimeoutBoundsFactory(t *testing.T) {
 		err := awaitLease(t, leaseAsync(context.Background(), p)).err
 		require.Error(t, err)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+		fctx := recvOrFail(t, tr.ctxs, "the factory's ctx")
 		_, hasDeadline := fctx.Deadline()
 		assert.True(t, hasDeadline)
 		s := p.Stats()
@@ -422,10 +422,10 @@ func TestLifecycleCreateTimeoutBoundsFactory(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ch := leaseAsync(ctx, p)
-		fctx := lcRecv(t, tr.ctxs, "the factory's ctx")
+		fctx := recvOrFail(t, tr.ctxs, "the factory's ctx")
 		cancel()
 		require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
-		lcRecv(t, fctx.Done(), "CreateTimeout to end the abandoned creation")
+		recvOrFail(t, fctx.Done(), "CreateTimeout to end the abandoned creation")
 		assert.ErrorIs(t, fctx.Err(), context.DeadlineExceeded)
 		require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond,
 			"the failed background creation frees its permit")
@@ -445,7 +445,7 @@ func abandonCreation(t *testing.T, p *Pool[*conn], tr *tracker) (block chan stru
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := leaseAsync(ctx, p)
-	lcRecv(t, tr.ctxs, "Create")
+	recvOrFail(t, tr.ctxs, "Create")
 	cancel()
 	o := awaitLease(t, ch)
 	require.ErrorIs(t, o.err, context.Canceled, "Lease returns without waiting for the factory")
@@ -512,12 +512,12 @@ func TestLifecycleAbandonedCreationPanicFreesPermit(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := leaseAsync(ctx, p)
-	lcRecv(t, f.started, "Create")
+	recvOrFail(t, f.started, "Create")
 	cancel()
 	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
 
 	close(f.proceed) // the panic happens on the pool's goroutine: it must not crash the process
-	lcRecv(t, f.done, "the panic")
+	recvOrFail(t, f.done, "the panic")
 	require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond,
 		"the permit came back")
 	s := p.Stats()
@@ -551,13 +551,13 @@ func TestLifecycleAbandonedCreationFinishingAfterCloseIsDestroyed(t *testing.T) 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := leaseAsync(ctx, p)
-	lcRecv(t, f.started, "Create")
+	recvOrFail(t, f.started, "Create")
 	cancel()
 	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
 	require.NoError(t, p.Close())
 
 	close(f.proceed)
-	item := lcRecv(t, f.made, "the item")
+	item := recvOrFail(t, f.made, "the item")
 	require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond)
 	assert.True(t, item.closed.Load(), "the item is destroyed")
 	s := p.Stats()
@@ -575,7 +575,7 @@ func TestLifecycleWaiterGetsAbandonedCreationsItem(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := leaseAsync(ctx, p)
-	lcRecv(t, tr.ctxs, "Create")
+	recvOrFail(t, tr.ctxs, "Create")
 	waiter := leaseAsync(context.Background(), p)
 	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 }, testWait, time.Millisecond)
 	cancel()

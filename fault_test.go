@@ -1,16 +1,18 @@
 package pool
 
-// Fault injection (issue 5, items 2 and 4). TestFaultInjection runs a
-// concurrent load while the factory, the preparer (IsReady and Prepare),
-// Options.Reset or Options.Destroy fail, panic or hang at random, and checks
-// what SPEC.md promises about user code that misbehaves: the cap and the
-// other invariants hold throughout, no item is ever held by two leases,
-// every panic reaches the caller whose call ran the code (but one raised by
-// a creation nobody waits for), every error says what happened, and once
-// the faults stop the pool is whole: no permit lost or duplicated, every
-// item accounted for. TestDialStorm sends a crowd of impatient callers
-// against a slow factory: the crowd may cost at most MaxSize dials, and
-// those dials are not wasted.
+// Fault injection. TestFaultInjection runs a concurrent load while the
+// factory, the preparer (IsReady and Prepare), Options.Reset or
+// Options.Destroy fail, panic, call runtime.Goexit or hang at random (the
+// faults harness, faults_test.go), and checks what the package
+// documentation promises about user code that misbehaves (doc.go, "Waiting
+// and errors" and "Footguns"): the cap and the other invariants hold
+// throughout, no item is ever held by two leases, every panic or Goexit
+// reaches the caller whose call ran the code (but one of a creation nobody
+// waits for), every error says what happened, and once the faults stop
+// the pool is whole: no permit lost or duplicated, every item accounted
+// for. TestDialStorm sends a crowd of impatient callers against a slow
+// factory: the crowd may cost at most MaxSize dials, and those dials are
+// not wasted.
 
 import (
 	"context"
@@ -20,7 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,173 +33,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
-
-// ftHook names the user code a fault is injected into.
-type ftHook int
-
-const (
-	ftCreate  ftHook = iota // Factory.Create
-	ftIsReady               // Preparer.IsReady
-	ftPrepare               // Preparer.Prepare
-	ftReset                 // Options.Reset
-	ftDestroy               // Options.Destroy
-)
-
-func (h ftHook) String() string {
-	return [...]string{"Create", "IsReady", "Prepare", "Reset", "Destroy"}[h]
-}
-
-// ftKind is what an injected fault does.
-type ftKind int
-
-const (
-	// ftFail returns an error (the ftFault).
-	ftFail ftKind = iota
-	// ftPanic panics with the ftFault.
-	ftPanic
-	// ftHang blocks: the factory and the preparer until their ctx ends
-	// (then they return the ftFault wrapping ctx.Err()); Reset and Destroy,
-	// which have no ctx, for 1 to 4 ms, and then succeed.
-	ftHang
-)
-
-func (k ftKind) String() string { return [...]string{"fail", "panic", "hang"}[k] }
-
-// ftFault is an injected fault: the error a failing hook returns (a hanging
-// one wraps it around its ctx's error) and the value a panicking hook
-// panics with. It is comparable, so errors.Is, errors.As and == find it
-// however the pool wraps or re-raises it.
-type ftFault struct {
-	hook ftHook
-	kind ftKind
-}
-
-func (f ftFault) Error() string { return fmt.Sprintf("ft: injected %v in %v", f.kind, f.hook) }
-
-// ftFaults is a Factory, a Preparer and the Reset and Destroy hooks in one.
-// While on is set it injects kind into hook on percent of that hook's calls,
-// chosen at random. It keeps its own count of the items in existence, live:
-// one more from the start of Create, one fewer when Create ends without an
-// item, when Destroy ends (however it ends) or when the test detaches an
-// item; so the cap is checked against the truth, not against the pool's
-// figures. Every hook also checks that it never sees an item that a lease
-// holds or that has been destroyed (or detached), and Destroy that no item
-// is destroyed twice: each would mean two owners for one item.
-type ftFaults struct {
-	rep     *ftReporter
-	hook    ftHook
-	kind    ftKind
-	percent int
-	max     int // MaxSize: Create checks the cap the moment it starts
-	on      atomic.Bool
-
-	next      atomic.Int64 // item ids
-	live      atomic.Int64
-	created   atomic.Int64 // Creates that returned an item
-	destroyed atomic.Int64 // Destroy calls
-	injected  atomic.Int64 // faults injected
-	// clearPanics counts the Destroy panics raised inside Clear: it raises
-	// the first of them only (see ftRun.clearer).
-	clearPanics atomic.Int64
-}
-
-// fire reports whether the call of hook h gets a fault, and counts it.
-func (f *ftFaults) fire(h ftHook) bool {
-	if h != f.hook || !f.on.Load() || rand.IntN(100) >= f.percent {
-		return false
-	}
-	f.injected.Add(1)
-	return true
-}
-
-// strike carries out a fault that fired in the factory or the preparer:
-// it panics, or returns the error the hook must return. A hang waits for
-// ctx to end.
-func (f *ftFaults) strike(ctx context.Context) error {
-	fault := ftFault{f.hook, f.kind}
-	switch f.kind {
-	case ftPanic:
-		panic(fault)
-	case ftHang:
-		<-ctx.Done()
-		return fmt.Errorf("%w: %w", fault, ctx.Err())
-	}
-	return fault
-}
-
-// strikeNoCtx is strike for Reset and Destroy, which have no ctx: a hang
-// sleeps 1 to 4 ms and returns nil, the hook was only slow.
-func (f *ftFaults) strikeNoCtx() error {
-	fault := ftFault{f.hook, f.kind}
-	switch f.kind {
-	case ftPanic:
-		panic(fault)
-	case ftHang:
-		time.Sleep(time.Duration(1+rand.IntN(4)) * time.Millisecond)
-		return nil
-	}
-	return fault
-}
-
-func (f *ftFaults) Create(ctx context.Context) (*conn, error) {
-	if n := f.live.Add(1); n > int64(f.max) {
-		f.rep.Errorf("Create started with %d items in existence, more than MaxSize %d", n, f.max)
-	}
-	if f.fire(ftCreate) {
-		defer f.live.Add(-1) // the creation ends without an item, also when it panics
-		if m, ok := ctx.Value(ftLeaseKey{}).(*ftLeaseMark); ok && f.kind == ftPanic {
-			m.createPanicked.Store(true) // the ctx keeps the caller's values
-		}
-		return nil, f.strike(ctx)
-	}
-	f.created.Add(1)
-	return &conn{id: int(f.next.Add(1))}, nil
-}
-
-func (f *ftFaults) IsReady(ctx context.Context, c *conn) (bool, error) {
-	f.vet(c, "IsReady")
-	if f.fire(ftIsReady) {
-		return false, f.strike(ctx)
-	}
-	return rand.IntN(2) == 0, nil // not ready half the time: Prepare runs too
-}
-
-func (f *ftFaults) Prepare(ctx context.Context, c *conn) error {
-	f.vet(c, "Prepare")
-	if f.fire(ftPrepare) {
-		return f.strike(ctx)
-	}
-	return nil
-}
-
-// reset is the Reset option.
-func (f *ftFaults) reset(c *conn) error {
-	f.vet(c, "Reset")
-	if f.fire(ftReset) {
-		return f.strikeNoCtx()
-	}
-	return nil
-}
-
-// destroy is the Destroy option. The item stops existing when it returns,
-// however it returns: the pool counts a Destroy that panics as done, too.
-func (f *ftFaults) destroy(c *conn) error {
-	if c.inUse.Load() {
-		f.rep.Errorf("Destroy of item %d while a lease holds it", c.id)
-	}
-	if c.closed.Swap(true) {
-		f.rep.Errorf("item %d destroyed twice, or destroyed after Detach", c.id)
-	}
-	f.destroyed.Add(1)
-	defer f.live.Add(-1)
-	if f.fire(ftDestroy) {
-		if f.kind == ftPanic && ftInClear() {
-			f.clearPanics.Add(1)
-		}
-		return f.strikeNoCtx()
-	}
-	return nil
-}
 
 // ftInClear reports whether Pool.Clear is on the calling goroutine's stack.
 func ftInClear() bool {
@@ -218,54 +53,12 @@ func ftInClear() bool {
 type ftLeaseKey struct{}
 
 // ftLeaseMark travels with one Lease call in its ctx's values, which the
-// factory's ctx keeps: a panicking Create marks it, so the test can tell a
-// panic that reached no caller from a lost one.
-type ftLeaseMark struct{ createPanicked atomic.Bool }
+// factory's ctx keeps: a Create that panics or calls Goexit marks it, so
+// the test can tell an exit that reached no caller from a lost one.
+type ftLeaseMark struct{ createExited atomic.Bool }
 
-// gone accounts for an item the test is about to Detach: it leaves the
-// pool, so it stops counting against the cap (before its permit is freed,
-// so live never runs ahead of the truth), and the pool must never hand it
-// out or destroy it again.
-func (f *ftFaults) gone(c *conn) {
-	if c.closed.Swap(true) {
-		f.rep.Errorf("detached item %d had been destroyed", c.id)
-	}
-	f.live.Add(-1)
-}
-
-// vet checks that user code handed item c is its only user: no lease holds
-// it and it still exists.
-func (f *ftFaults) vet(c *conn, hook string) {
-	if c.inUse.Load() {
-		f.rep.Errorf("%s saw item %d while a lease holds it", hook, c.id)
-	}
-	if c.closed.Load() {
-		f.rep.Errorf("%s saw item %d after it was destroyed or detached", hook, c.id)
-	}
-}
-
-// ftReporter reports the violations that the hooks and the workers find,
-// from any goroutine: the first ten with t.Errorf, the rest only counted,
-// so that a broken pool fails the test with a readable log.
-type ftReporter struct {
-	t testing.TB
-	n atomic.Int64
-}
-
-// ftShown is how many violations an ftReporter shows.
-const ftShown = 10
-
-func (r *ftReporter) Errorf(format string, args ...any) {
-	r.t.Helper()
-	switch n := r.n.Add(1); {
-	case n <= ftShown:
-		r.t.Errorf(format, args...)
-	case n == ftShown+1:
-		r.t.Errorf("more violations follow, counted but not shown")
-	}
-}
-
-// ftSite is the pool call that a caller saw a panic come out of.
+// ftSite is the pool call that a caller saw a panic or a Goexit come out
+// of.
 type ftSite int
 
 const (
@@ -280,30 +73,33 @@ func (s ftSite) String() string { return [...]string{"Lease", "Release", "Discar
 
 // ftHookCase is a row of TestFaultInjection's table: a hook, the options
 // that make the pool call it (and end its hangs), and the calls its panics
-// may come out of.
+// and Goexits may come out of.
 type ftHookCase struct {
-	hook      ftHook
-	configure func(o *Options[*conn], f *ftFaults)
+	hook      faultHook
+	configure func(o *Options[*faultItem], f *faults)
 	sites     []ftSite
 }
 
 var ftHookCases = []ftHookCase{
-	{ftCreate, func(*Options[*conn], *ftFaults) {}, // CreateTimeout, always set, ends the hangs
+	{onCreate, func(*Options[*faultItem], *faults) {}, // CreateTimeout, always set, ends the hangs
 		[]ftSite{ftAtLease, ftAtClear}},
-	{ftIsReady, ftWithPreparer, []ftSite{ftAtLease}},
-	{ftPrepare, ftWithPreparer, []ftSite{ftAtLease}},
-	{ftReset, func(*Options[*conn], *ftFaults) {}, []ftSite{ftAtRelease}},
+	{onIsReady, ftWithPreparer, []ftSite{ftAtLease}},
+	{onPrepare, ftWithPreparer, []ftSite{ftAtLease}},
+	{onReset, func(*Options[*faultItem], *faults) {}, []ftSite{ftAtRelease}},
 	// Expiry makes leases and releases destroy items too, not only
 	// Discard and Clear.
-	{ftDestroy, func(o *Options[*conn], _ *ftFaults) {
+	{onDestroy, func(o *Options[*faultItem], _ *faults) {
 		o.IdleTimeout, o.MaxLifetime = 2*time.Millisecond, 10*time.Millisecond
 	}, []ftSite{ftAtLease, ftAtRelease, ftAtDiscard, ftAtClear}},
 }
 
+// ftKinds are the faults each hook of the table is given in turn.
+var ftKinds = []faultKind{faultFail, faultPanic, faultGoexit, faultHang}
+
 // ftWithPreparer makes f the preparer, checking every lease, with a
 // PreparationTimeout shorter than some callers' deadlines and longer than
 // others', so that both end hangs.
-func ftWithPreparer(o *Options[*conn], f *ftFaults) {
+func ftWithPreparer(o *Options[*faultItem], f *faults) {
 	o.Preparer = f
 	o.PreparationTimeout = 2 * time.Millisecond
 }
@@ -311,17 +107,18 @@ func ftWithPreparer(o *Options[*conn], f *ftFaults) {
 const (
 	ftWorkers   = 24
 	ftMaxSize   = 4
-	ftPercent   = 25                     // of the faulted hook's calls
+	ftRate      = 0.25                   // of the faulted hook's calls
 	ftCaseTime  = 250 * time.Millisecond // load per case, at least
 	ftMinFaults = 20                     // and until this many faults fired (bounded by testWait)
 )
 
-// ftFigures are what one case did, counted as it happened.
+// ftFigures are what one case did, counted as it happened. An exit is a
+// panic or a Goexit: a fault that ends the call instead of returning.
 type ftFigures struct {
-	ops, leases, injected, panicsSeen int64
-	// The panics no caller saw: raised by creations whose callers had
-	// given up, and by Destroy inside a Clear after the first one.
-	panicsAbandoned, panicsClear                            int64
+	ops, leases, injected, exitsSeen int64
+	// The exits no caller saw: of creations whose callers had given up,
+	// and of Destroy inside a Clear after the first one.
+	exitsAbandoned, exitsClear                              int64
 	faultErrs, ctxErrs, prepTimeouts, hangsByCtx, exhausted int64
 	checks                                                  int64
 }
@@ -330,9 +127,9 @@ func (a *ftFigures) add(b ftFigures) {
 	a.ops += b.ops
 	a.leases += b.leases
 	a.injected += b.injected
-	a.panicsSeen += b.panicsSeen
-	a.panicsAbandoned += b.panicsAbandoned
-	a.panicsClear += b.panicsClear
+	a.exitsSeen += b.exitsSeen
+	a.exitsAbandoned += b.exitsAbandoned
+	a.exitsClear += b.exitsClear
 	a.faultErrs += b.faultErrs
 	a.ctxErrs += b.ctxErrs
 	a.prepTimeouts += b.prepTimeouts
@@ -350,7 +147,7 @@ func TestFaultInjection(t *testing.T) {
 	var total ftFigures
 	cases := 0
 	for _, hc := range ftHookCases {
-		for _, kind := range []ftKind{ftFail, ftPanic, ftHang} {
+		for _, kind := range ftKinds {
 			t.Run(hc.hook.String()+"/"+kind.String(), func(t *testing.T) {
 				total.add(ftRunCase(t, hc, kind))
 				cases++
@@ -358,37 +155,57 @@ func TestFaultInjection(t *testing.T) {
 		}
 	}
 	t.Logf("fault injection, %d cases: %d operations (%d leases), %d faults injected, "+
-		"%d panics seen by callers (not seen: %d of abandoned creations, %d later ones in a Clear), "+
+		"%d panics and Goexits seen by callers (not seen: %d of abandoned creations, %d later ones in a Clear), "+
 		"%d injected errors returned (%d preparation timeouts, %d preparer hangs ended by the caller's ctx), "+
 		"%d caller ctx errors, %d exhausted; %d invariant checks",
-		cases, total.ops, total.leases, total.injected, total.panicsSeen, total.panicsAbandoned, total.panicsClear,
+		cases, total.ops, total.leases, total.injected, total.exitsSeen, total.exitsAbandoned, total.exitsClear,
 		total.faultErrs, total.prepTimeouts, total.hangsByCtx, total.ctxErrs, total.exhausted, total.checks)
 }
 
 // ftRunCase runs one case of TestFaultInjection and returns its figures.
 // While the load runs it checks continuously (a checker goroutine, and
 // each worker now and then) the invariants of checkInvariants, with the
-// factory's own count of live items; each lease's exclusive use of its
-// item; the value of every panic a caller recovers, and the call it came
-// out of; and every error Lease returns (ftRun.checkErr). After the load,
-// with the faults off, it checks that every panic injected reached a
-// caller, but those SPEC.md lets go unseen (see below), and that the pool
-// is whole (ftCheckWhole).
-func ftRunCase(t *testing.T, hc ftHookCase, kind ftKind) ftFigures {
-	f := &ftFaults{rep: &ftReporter{t: t}, hook: hc.hook, kind: kind, percent: ftPercent, max: ftMaxSize}
-	opts := Options[*conn]{
+// harness's own count of live items; the harness's checks of each item
+// (one holder at a time, never used or destroyed once destroyed or
+// detached); the value of every panic a caller recovers, and the call each
+// panic or Goexit came out of; and every error Lease returns
+// (ftRun.checkErr). After the load, with the faults off, it checks that
+// every panic or Goexit injected reached a caller, but those the package
+// documentation lets go unseen (see below), and that the pool is whole
+// (ftCheckWhole).
+func ftRunCase(t *testing.T, hc ftHookCase, kind faultKind) ftFigures {
+	f := newFaults(t, uint64(hc.hook)<<8|uint64(kind))
+	f.max = ftMaxSize
+	f.rates[hc.hook].set(kind, ftRate)
+	ready := &f.rates[onIsReady]
+	ready.notReady = (1 - ready.panic - ready.fail - ready.goexit - ready.hang) / 2 // half the calls that do not fault: Prepare runs too
+	opts := Options[*faultItem]{
 		MinSize: 2, MaxSize: ftMaxSize,
 		CreateTimeout: 3 * time.Millisecond, // ends the factory's hangs, also in the background
 		Reset:         f.reset, Destroy: f.destroy,
 	}
 	hc.configure(&opts, f)
-	p, err := New[*conn](bg, f, opts)
+	p, err := New[*faultItem](bg, f, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { // when the case stops early; else ftCheckWhole has closed the pool
 		f.on.Store(false)
 		_ = p.Close()
 	})
-	r := &ftRun{t: t, p: p, f: f, sites: hc.sites}
+	r := &ftRun{t: t, p: p, f: f, hook: hc.hook, kind: kind, sites: hc.sites}
+	f.decide = func(ctx context.Context, h faultHook) faultKind {
+		k := f.roll(h)
+		if k == faultPanic || k == faultGoexit {
+			switch {
+			case h == onCreate:
+				if m, ok := ctx.Value(ftLeaseKey{}).(*ftLeaseMark); ok {
+					m.createExited.Store(true) // the ctx keeps the caller's values
+				}
+			case h == onDestroy && ftInClear():
+				r.clearExits.Add(1)
+			}
+		}
+		return k
+	}
 
 	f.on.Store(true)
 	r.load()
@@ -403,36 +220,37 @@ func ftRunCase(t *testing.T, hc ftHookCase, kind ftKind) ftFigures {
 	assert.GreaterOrEqual(t, fig.injected, int64(ftMinFaults), "the faults fired")
 	assert.LessOrEqual(t, fig.faultErrs, fig.injected, "each injected error reached one caller at most")
 	s := p.Stats()
-	if kind == ftPanic {
-		// A panic reaches the caller whose call ran the code that raised
-		// it, with two exceptions, both counted exactly. A panic in a
-		// creation whose caller has given up counts as a failed creation
-		// (SPEC.md, Creation); that caller's Lease returned its ctx's
-		// error. And Clear, like Close, destroys every item even when
-		// Destroy panics, and raises the first panic only.
-		assert.Equal(t, fig.injected, fig.panicsSeen+fig.panicsAbandoned+fig.panicsClear,
-			"panics injected = seen by callers + raised by abandoned creations + not raised again by Clear")
+	if kind == faultPanic || kind == faultGoexit {
+		// A panic or a Goexit reaches the caller whose call ran the code
+		// that raised it, with two exceptions, both counted exactly. One in
+		// a creation whose caller has given up counts as a failed creation
+		// (doc.go, "Lifecycle of an item"); that caller's Lease returned
+		// its ctx's error. And Clear, like Close, destroys every item even
+		// when Destroy panics, and raises the first panic only (doc.go,
+		// "Waiting and errors"); a Goexit ends it once.
+		assert.Equal(t, fig.injected, fig.exitsSeen+fig.exitsAbandoned+fig.exitsClear,
+			"exits injected = seen by callers + of abandoned creations + not raised again by Clear")
 	}
 	switch {
-	case (hc.hook == ftIsReady || hc.hook == ftPrepare) && kind != ftPanic:
+	case (hc.hook == onIsReady || hc.hook == onPrepare) && (kind == faultFail || kind == faultHang):
 		// At least: a preparation that succeeds, but only after the 2 ms
 		// PreparationTimeout (a slow moment under -race on two cores),
-		// counts as failed too (SPEC.md: an elapsed PreparationTimeout
-		// fails the preparation), and which ones do is up to the scheduler.
+		// counts as failed too (doc.go, "Stats": PrepareFailed counts
+		// checks that timed out), and which ones do is up to the scheduler.
 		assert.GreaterOrEqual(t, s.PrepareFailed, uint64(fig.injected), "every failed or timed-out preparation is counted")
-	case hc.hook == ftReset && kind != ftHang:
+	case hc.hook == onReset && kind != faultHang:
 		assert.GreaterOrEqual(t, s.Destroyed, uint64(fig.injected), "every failed Reset destroys its item")
 	}
 	assert.Equal(t, uint64(fig.leases), s.Leases, "Stats.Leases against the leases that succeeded")
 	assert.Equal(t, uint64(r.detached.Load()), s.Detached)
 
-	assert.Zero(t, f.rep.n.Load(), "violations found during the load")
+	assert.Zero(t, f.violations.Load(), "violations found during the load")
 	ftCheckWhole(t, p, f)
-	t.Logf("%v/%v: %d operations (%d leases), %d faults injected, %d panics seen by callers (%s; "+
+	t.Logf("%v/%v: %d operations (%d leases), %d faults injected, %d exits seen by callers (%s; "+
 		"not seen: %d of abandoned creations, %d later ones in a Clear), "+
 		"%d injected errors returned (%d preparation timeouts, %d preparer hangs ended by the caller's ctx), "+
 		"%d caller ctx errors, %d exhausted; %d invariant checks",
-		hc.hook, kind, fig.ops, fig.leases, fig.injected, fig.panicsSeen, r.panicsBySite(), fig.panicsAbandoned, fig.panicsClear,
+		hc.hook, kind, fig.ops, fig.leases, fig.injected, fig.exitsSeen, r.exitsBySite(), fig.exitsAbandoned, fig.exitsClear,
 		fig.faultErrs, fig.prepTimeouts, fig.hangsByCtx, fig.ctxErrs, fig.exhausted, fig.checks)
 	return fig
 }
@@ -441,35 +259,40 @@ func ftRunCase(t *testing.T, hc ftHookCase, kind ftKind) ftFigures {
 // faults left the pool whole. MaxSize TryLeases succeed at once, on
 // distinct items (no permit was lost), and one more gets ErrExhausted (none
 // was duplicated). The accounting identity holds at rest, and the pool's
-// figures agree with the factory's own counts: items created, destroyed
-// and alive. Close then destroys every item.
-func ftCheckWhole(t *testing.T, p *Pool[*conn], f *ftFaults) {
+// figures agree with the harness's own counts: items created, destroyed,
+// detached and alive. Close then destroys every item.
+func ftCheckWhole(t *testing.T, p *Pool[*faultItem], f *faults) {
 	t.Helper()
 	require.True(t, checkInvariants(t, p, f.live.Load))
-	seen := map[*conn]bool{}
-	var ls []Lease[*conn]
+	seen := map[*faultItem]bool{}
+	var ls []Lease[*faultItem]
 	for i := range ftMaxSize {
 		l, err := p.TryLease(bg)
 		require.NoError(t, err, "lease %d of MaxSize %d: a permit was lost", i+1, ftMaxSize)
-		c := l.Value()
-		require.False(t, seen[c], "item %d handed to two leases", c.id)
-		seen[c] = true
+		it := l.Value()
+		require.False(t, seen[it], "item %d handed to two leases", it.id)
+		seen[it] = true
+		f.hold(it)
 		ls = append(ls, l)
 	}
 	_, err := p.TryLease(bg)
 	require.ErrorIs(t, err, ErrExhausted, "a lease past MaxSize: a permit was duplicated")
 	for _, l := range ls {
+		f.unhold(l.Value())
 		l.Release()
 	}
 
-	assertAtRest(t, p)
 	s := p.Stats()
+	assert.Equal(t, s.Created, s.Destroyed+s.Detached+uint64(s.ItemsAllocated),
+		"at rest Created == Destroyed + Detached + ItemsAllocated; stats %+v", s)
 	assert.Equal(t, int64(s.ItemsAllocated), f.live.Load(), "the pool accounts for every item that exists")
 	assert.Equal(t, uint64(f.created.Load()), s.Created)
 	assert.Equal(t, uint64(f.destroyed.Load()), s.Destroyed)
+	assert.Equal(t, uint64(f.census()[itemDisposed]), s.Detached)
 
 	require.NoError(t, p.Close())
 	assert.Zero(t, f.live.Load(), "Close destroyed every item")
+	assert.Zero(t, f.checkNoneLeft(t), "items neither destroyed nor detached after Close")
 	s = p.Stats()
 	assert.Equal(t, s.Created, s.Destroyed+s.Detached)
 }
@@ -477,25 +300,28 @@ func ftCheckWhole(t *testing.T, p *Pool[*conn], f *ftFaults) {
 // ftRun is the load of one case and what it counted.
 type ftRun struct {
 	t     *testing.T
-	p     *Pool[*conn]
-	f     *ftFaults
-	sites []ftSite // where the case's panics may come out
+	p     *Pool[*faultItem]
+	f     *faults
+	hook  faultHook
+	kind  faultKind
+	sites []ftSite // where the case's panics and Goexits may come out
 
 	broken  atomic.Bool // an invariant failed: stop checking, one report is enough
 	closing atomic.Bool // load closes the pool to free stuck workers: ErrClosed is expected
 
 	ops, leases, detached, checks atomic.Int64
-	panics                        [ftSites]atomic.Int64
+	exits                         [ftSites]atomic.Int64
 	faultErrs, ctxErrs, exhd      atomic.Int64
 	prepTimeouts, hangsByCtx      atomic.Int64
 	slowPreps                     atomic.Int64 // unfaulted preparations past PreparationTimeout
-	// clearUnraised counts the Destroy panics inside Clear that Clear did
-	// not raise: all but the first of each Clear.
-	clearUnraised atomic.Int64
+	// clearExits counts the Destroy panics and Goexits inside Clear, and
+	// clearUnraised those that Clear did not raise: all but the first of
+	// each Clear.
+	clearExits, clearUnraised atomic.Int64
 
 	mu sync.Mutex
 	// gaveUp holds the marks of the leases that returned their ctx's error:
-	// the only ones whose creations can panic with nobody to see it.
+	// the only ones whose creations can exit with nobody to see it.
 	gaveUp []*ftLeaseMark
 }
 
@@ -513,7 +339,7 @@ func (r *ftRun) load() {
 	wg.Go(func() { r.checker(stop) })
 	wg.Go(func() { r.clearer(stop) })
 	time.Sleep(ftCaseTime)
-	for end := time.Now().Add(testWait); r.f.injected.Load() < ftMinFaults && time.Now().Before(end); {
+	for end := time.Now().Add(testWait); r.f.injected(r.hook, r.kind) < ftMinFaults && time.Now().Before(end); {
 		time.Sleep(time.Millisecond)
 	}
 	close(stop)
@@ -560,7 +386,7 @@ func (r *ftRun) checker(stop <-chan struct{}) {
 
 // clearer calls Clear every millisecond or so: it destroys idle items
 // (calling Destroy) and refills to MinSize (calling the factory), and its
-// panics come out to it.
+// panics and Goexits come out to it.
 func (r *ftRun) clearer(stop <-chan struct{}) {
 	for {
 		select {
@@ -569,12 +395,12 @@ func (r *ftRun) clearer(stop <-chan struct{}) {
 		default:
 		}
 		time.Sleep(time.Millisecond)
-		before := r.f.clearPanics.Load()
+		before := r.clearExits.Load()
 		r.ops.Add(1)
-		panicked := r.guard(ftAtClear, r.p.Clear)
-		if n := r.f.clearPanics.Load() - before; n > 0 {
-			if !panicked {
-				r.f.rep.Errorf("Destroy panicked %d times in Clear, which returned normally", n)
+		exited := r.guard(ftAtClear, r.p.Clear)
+		if n := r.clearExits.Load() - before; n > 0 {
+			if !exited {
+				r.f.violate("Destroy exited (%v) %d times in Clear, which returned normally", r.kind, n)
 			}
 			r.clearUnraised.Add(n - 1)
 		}
@@ -584,7 +410,7 @@ func (r *ftRun) clearer(stop <-chan struct{}) {
 // worker leases and ends leases until stop, checking the invariants every
 // 16 rounds.
 func (r *ftRun) worker(seed uint64, stop <-chan struct{}) {
-	rng := rand.New(rand.NewPCG(seed, uint64(r.f.hook)<<8|uint64(r.f.kind)))
+	rng := rand.New(rand.NewPCG(seed, uint64(r.hook)<<8|uint64(r.kind)))
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
@@ -601,8 +427,8 @@ func (r *ftRun) worker(seed uint64, stop <-chan struct{}) {
 // round is one lease and its end. A third of the leases have no deadline
 // (their creations run inline, and PreparationTimeout alone ends a
 // preparer's hang); the others a deadline of 0.1 to 3.1 ms. One in eight is
-// a TryLease. The holder marks the item in use, checks nobody else does
-// and that it was not destroyed, holds it a moment, and ends the lease:
+// a TryLease. The holder holds the item (the harness checks that nobody
+// else does and that it was not destroyed) a moment, and ends the lease:
 // Release mostly, Discard one time in ten, Detach one in twenty.
 func (r *ftRun) round(rng *rand.Rand) {
 	ctx, cancel := bg, context.CancelFunc(func() {})
@@ -613,7 +439,7 @@ func (r *ftRun) round(rng *rand.Rand) {
 	mark := new(ftLeaseMark)
 	ctx = context.WithValue(ctx, ftLeaseKey{}, mark)
 	try := rng.IntN(8) == 0
-	var l Lease[*conn]
+	var l Lease[*faultItem]
 	var err error
 	r.ops.Add(1)
 	if r.guard(ftAtLease, func() {
@@ -634,26 +460,27 @@ func (r *ftRun) round(rng *rand.Rand) {
 		return
 	}
 	r.leases.Add(1)
-	c := l.Value()
-	if !c.inUse.CompareAndSwap(false, true) {
-		r.f.rep.Errorf("item %d leased while another lease holds it", c.id)
-	}
-	if c.closed.Load() {
-		r.f.rep.Errorf("leased item %d had been destroyed or detached", c.id)
+	it, ok := r.f.take(l)
+	if !ok {
+		return
 	}
 	if rng.IntN(4) == 0 {
 		time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
 	} else {
 		runtime.Gosched()
 	}
-	c.inUse.Store(false)
+	r.f.unhold(it)
 	r.ops.Add(1)
 	switch rng.IntN(20) {
 	case 0, 1:
 		r.guard(ftAtDiscard, l.Discard)
 	case 2:
-		r.f.gone(c)
-		l.Detach()
+		r.f.detaching(it)
+		if v, panicked := catchPanic(func() { l.Detach() }); panicked {
+			r.f.violate("Detach of a held lease panicked: %v", v) // another holder ended it
+			return
+		}
+		r.f.disposed(it)
 		r.detached.Add(1)
 	default:
 		r.guard(ftAtRelease, l.Release)
@@ -661,29 +488,38 @@ func (r *ftRun) round(rng *rand.Rand) {
 }
 
 // guard calls fn, a call into the pool made at site, and reports whether
-// it panicked. A panic must be the one this case injects, out of a call
-// that runs the faulted hook; anything else is reported with its stack.
-func (r *ftRun) guard(site ftSite, fn func()) (panicked bool) {
-	defer func() {
-		v := panicValue(recover())
-		if v == nil {
-			return
-		}
-		panicked = true
-		r.panics[site].Add(1)
-		if want := (ftFault{r.f.hook, ftPanic}); v != any(want) {
-			r.f.rep.Errorf("%v panicked with %v (%T), want %v\n%s", site, v, v, want, debug.Stack())
-			return
-		}
-		for _, s := range r.sites {
-			if s == site {
-				return
-			}
-		}
-		r.f.rep.Errorf("a %v panic came out of %v, which never calls it", r.f.hook, site)
-	}()
-	fn()
-	return false
+// it exited instead of returning: it panicked or, in a Goexit case (where
+// fn runs on a goroutine of its own, so that the worker survives it),
+// called Goexit. The exit must be this case's fault, out of a call that
+// runs the faulted hook; anything else is reported, a panic with the stack
+// where it happened.
+func (r *ftRun) guard(site ftSite, fn func()) (exited bool) {
+	var v any
+	var stack []byte
+	var panicked, goexited bool
+	call := func() { v, stack, panicked = catchPanicStack(fn) }
+	if r.kind == faultGoexit {
+		goexited = catchGoexit(call)
+	} else {
+		call()
+	}
+	switch want := (injectedFault{r.hook, faultPanic}); {
+	case goexited:
+	case !panicked:
+		return false
+	case r.kind == faultGoexit && r.hook == onCreate && v == any(errFactoryGoexit):
+		// A Goexit of a factory that ran on a goroutine of its own reaches
+		// the waiting caller as this panic.
+	case r.kind != faultPanic || panicValue(v) != any(want):
+		r.exits[site].Add(1)
+		r.f.violate("%v panicked with %v (%T), want a %v %v\n%s", site, v, v, r.hook, r.kind, stack)
+		return true
+	}
+	r.exits[site].Add(1)
+	if !slices.Contains(r.sites, site) {
+		r.f.violate("a %v %v came out of %v, which never calls it", r.hook, r.kind, site)
+	}
+	return true
 }
 
 // checkErr checks an error that Lease or TryLease returned under ctx:
@@ -697,19 +533,19 @@ func (r *ftRun) guard(site ftSite, fn func()) (panicked bool) {
 // Anything else is a defect: no LeaseTimeout is set and the pool is open.
 // It reports whether err is the caller's ctx error.
 func (r *ftRun) checkErr(ctx context.Context, err error, try bool) (gaveUp bool) {
-	var fault ftFault
+	var fault injectedFault
 	switch {
 	case errors.Is(err, ErrExhausted):
 		r.exhd.Add(1)
 		if !try {
-			r.f.rep.Errorf("Lease, which waits, returned %v", err)
+			r.f.violate("Lease, which waits, returned %v", err)
 		}
 	case errors.As(err, &fault):
 		r.faultErrs.Add(1)
-		if fault != (ftFault{r.f.hook, r.f.kind}) || fault.kind == ftPanic ||
-			(fault.hook != ftCreate && fault.hook != ftIsReady && fault.hook != ftPrepare) {
-			r.f.rep.Errorf("Lease returned %v, which this case's faults cannot cause", err)
-		} else if fault.kind == ftHang {
+		if fault != (injectedFault{r.hook, r.kind}) || fault.kind == faultPanic || fault.kind == faultGoexit ||
+			(fault.hook != onCreate && fault.hook != onIsReady && fault.hook != onPrepare) {
+			r.f.violate("Lease returned %v, which this case's faults cannot cause", err)
+		} else if fault.kind == faultHang {
 			r.checkHang(ctx, err)
 		}
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
@@ -719,69 +555,71 @@ func (r *ftRun) checkErr(ctx context.Context, err error, try bool) (gaveUp bool)
 	case errors.Is(err, ErrPreparationTimeout) && errors.Is(err, context.DeadlineExceeded):
 		// A preparation with no fault that still took longer than the
 		// 2 ms PreparationTimeout (a slow moment under -race on two
-		// cores) fails all the same (SPEC.md, second round).
+		// cores) fails all the same (doc.go, "Waiting and errors":
+		// ErrPreparationTimeout).
 		r.slowPreps.Add(1)
 	default:
-		r.f.rep.Errorf("unexpected Lease error: %v", err)
+		r.f.violate("unexpected Lease error: %v", err)
 	}
 	return false
 }
 
 // checkHang checks the error of a hang in the factory or the preparer. The
-// factory's ctx does not end with the caller's (SPEC.md, Creation), so only
-// CreateTimeout ends its hang: the error wraps DeadlineExceeded. The
-// preparer's ctx ends with PreparationTimeout, which gives
-// ErrPreparationTimeout, or with the caller's ctx, which gives that ctx's
-// error; a caller without a deadline always gets ErrPreparationTimeout.
+// factory's ctx does not end with the caller's (doc.go, "Lifecycle of an
+// item"), so only CreateTimeout ends its hang: the error wraps
+// DeadlineExceeded. The preparer's ctx ends with PreparationTimeout, which
+// gives ErrPreparationTimeout, or with the caller's ctx, which gives that
+// ctx's error; a caller without a deadline always gets
+// ErrPreparationTimeout.
 func (r *ftRun) checkHang(ctx context.Context, err error) {
 	switch {
-	case r.f.hook == ftCreate:
+	case r.hook == onCreate:
 		if !errors.Is(err, context.DeadlineExceeded) {
-			r.f.rep.Errorf("a factory hang that CreateTimeout ended: %v does not wrap DeadlineExceeded", err)
+			r.f.violate("a factory hang that CreateTimeout ended: %v does not wrap DeadlineExceeded", err)
 		}
 	case errors.Is(err, ErrPreparationTimeout):
 		r.prepTimeouts.Add(1)
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		r.hangsByCtx.Add(1)
 	default:
-		r.f.rep.Errorf("a preparer hang ended by neither PreparationTimeout nor the caller's ctx (err %v): %v", ctx.Err(), err)
+		r.f.violate("a preparer hang ended by neither PreparationTimeout nor the caller's ctx (err %v): %v", ctx.Err(), err)
 	}
 }
 
 // figures returns what the run counted. Call it once nothing is in flight.
 func (r *ftRun) figures() ftFigures {
 	fig := ftFigures{
-		ops: r.ops.Load(), leases: r.leases.Load(), injected: r.f.injected.Load(),
+		ops: r.ops.Load(), leases: r.leases.Load(), injected: r.f.injected(r.hook, r.kind),
 		faultErrs: r.faultErrs.Load(), ctxErrs: r.ctxErrs.Load(),
 		prepTimeouts: r.prepTimeouts.Load(), hangsByCtx: r.hangsByCtx.Load(), exhausted: r.exhd.Load(), checks: r.checks.Load(),
 	}
-	for i := range r.panics {
-		fig.panicsSeen += r.panics[i].Load()
+	for i := range r.exits {
+		fig.exitsSeen += r.exits[i].Load()
 	}
-	fig.panicsAbandoned = r.abandonedPanics()
-	fig.panicsClear = r.clearUnraised.Load()
+	fig.exitsAbandoned = r.abandonedExits()
+	fig.exitsClear = r.clearUnraised.Load()
 	return fig
 }
 
-// abandonedPanics counts the creations that panicked after their caller
-// gave up.
-func (r *ftRun) abandonedPanics() int64 {
+// abandonedExits counts the creations that panicked or called Goexit after
+// their caller gave up.
+func (r *ftRun) abandonedExits() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var n int64
 	for _, m := range r.gaveUp {
-		if m.createPanicked.Load() {
+		if m.createExited.Load() {
 			n++
 		}
 	}
 	return n
 }
 
-// panicsBySite lists the calls the panics came out of, for the log.
-func (r *ftRun) panicsBySite() string {
+// exitsBySite lists the calls the exits came out of, for the log.
+func (r *ftRun) exitsBySite() string {
 	var b strings.Builder
 	for s := range ftSites {
-		if n := r.panics[s].Load(); n > 0 {
+		if n := r.exits[s].Load(); n > 0 {
 			if b.Len() > 0 {
 				b.WriteString(", ")
 			}
@@ -841,12 +679,13 @@ func (d *ftDialer) destroy(c *conn) error {
 // TestDialStorm sends 100 callers with 1 ms deadlines at once against a
 // factory that takes 50 ms, MaxSize 4. The crowd may start at most 4
 // dials: each holds its permit until it ends. Every caller gets its ctx's
-// error, context.DeadlineExceeded, as SPEC.md says (Lease path: a wait
-// ended by ctx returns ctx.Err(); Creation: a caller that gives up on a
-// creation does not wait for it), and counts as Canceled, not as a
-// timeout. The abandoned dials finish in the background and their items
-// go idle, later leases reuse them without dialling again, Close destroys
-// them, and no goroutine is left behind.
+// error, context.DeadlineExceeded, as the package documentation says
+// (doc.go, "Waiting and errors": a wait ended by ctx returns ctx.Err();
+// "Lifecycle of an item": a caller that gives up on a creation does not
+// wait for it), and counts as Canceled, not as a timeout. The abandoned
+// dials finish in the background and their items go idle, later leases
+// reuse them without dialling again, Close destroys them, and no goroutine
+// is left behind.
 func TestDialStorm(t *testing.T) {
 	ignore := goleak.IgnoreCurrent() // goroutines of earlier tests still winding down are theirs
 	const callers, maxSize = 100, 4
@@ -940,12 +779,13 @@ const ftChildEnv = "POOL_FT_CHILD"
 
 // TestFaultDestroyPanicOfAbandonedCreationAfterClose: an abandoned
 // creation that finishes after Close destroys its item on the pool's own
-// goroutine (createAsync → adopt → putBack → toGate → destroyAndFree). SPEC.md says
-// a panic in user code reaches the caller, and one in a creation nobody
-// waits for counts as a failed creation; here nobody can recover a Destroy
-// panic, so it must not escape that goroutine, which would end the whole
-// program. The scenario runs in a child process, so that a crash fails
-// this test rather than ending the test binary.
+// goroutine (createAsync → adopt → giveBack → giveBackToGate →
+// destroyAndFreeLogged). A panic in user code reaches the caller, and one
+// in a creation nobody waits for counts as a failed creation (doc.go,
+// "Waiting and errors"); here nobody can recover a Destroy panic, so it
+// must not escape that goroutine, which would end the whole program. The
+// scenario runs in a child process, so that a crash fails this test rather
+// than ending the test binary.
 func TestFaultDestroyPanicOfAbandonedCreationAfterClose(t *testing.T) {
 	if os.Getenv(ftChildEnv) == t.Name() {
 		ftAbandonedCreationFinishesAfterClose(t)
@@ -972,13 +812,13 @@ func ftAbandonedCreationFinishesAfterClose(t *testing.T) {
 	var destroys atomic.Int64
 	p, err := New[*conn](bg, f, Options[*conn]{MaxSize: 1, Destroy: func(*conn) error {
 		destroys.Add(1)
-		panic(ftFault{ftDestroy, ftPanic})
+		panic(injectedFault{onDestroy, faultPanic})
 	}})
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(bg)
 	ch := leaseAsync(ctx, p)
-	lcRecv(t, started, "Create")
+	recvOrFail(t, started, "Create")
 	cancel()
 	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
 	require.NoError(t, p.Close()) // no idle item: Close itself destroys nothing
@@ -1012,7 +852,7 @@ func TestFaultFactoryGoexit(t *testing.T) {
 			defer func() { got <- recover() }()
 			_, _ = p.Lease(ctx)
 		}()
-		assert.Equal(t, errFactoryGoexit, lcRecv(t, got, "the Lease to panic"))
+		assert.Equal(t, errFactoryGoexit, recvOrFail(t, got, "the Lease to panic"))
 		assert.Zero(t, p.Stats().ActiveLeases, "the permit came back")
 	})
 	t.Run("abandoned", func(t *testing.T) {
@@ -1028,7 +868,7 @@ func TestFaultFactoryGoexit(t *testing.T) {
 		defer p.Close()
 		ctx, cancel := context.WithCancel(bg)
 		ch := leaseAsync(ctx, p)
-		lcRecv(t, started, "Create")
+		recvOrFail(t, started, "Create")
 		cancel()
 		require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
 		close(proceed)

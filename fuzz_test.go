@@ -18,15 +18,17 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// # FuzzPool: the pool against a model of SPEC.md
+// # FuzzPool: the pool against a model of its documentation
 //
 // The fuzz input is a script: two bytes of configuration, then operations
 // of two bytes each (an opcode and an argument). fzRun plays the script on a
-// real pool and, step by step, on fzModel, a sequential model of what
-// SPEC.md promises, written as plainly as the contract reads: permits
-// counted by hand, idle items in a list, waiters in a FIFO. After every step
-// it compares the outcome (error class, item, panic), Stats, the set of
-// items in existence (by the factory's own count) and the idle order.
+// real pool and, step by step, on fzModel, a sequential model of what the
+// package documentation promises, written as plainly as the contract reads:
+// permits counted by hand, idle items in a list, waiters in a FIFO. After
+// every step it compares the outcome (error class, item, panic), Stats, the
+// set of items in existence (by the faults harness's own count, which also
+// checks that no item is held by two leases or destroyed twice) and the
+// idle order.
 //
 // The operations cover leasing (Lease, TryLease, with a live or canceled
 // ctx, and leases that queue and wait on goroutines of their own), every
@@ -36,7 +38,7 @@ import (
 // scheduled for the next factory call, readiness check, Reset or Destroy:
 // a failure or a panic.
 //
-// Lifecycle over time (SPEC.md, Additions, second round):
+// Lifecycle over time (doc.go, "Lifecycle of an item" and "Upkeep"):
 //
 //   - The sweep for expiry that a lease or release runs once a period:
 //     the parked item joins the queue, and every expired queued item is
@@ -65,11 +67,12 @@ import (
 // Determinism. The model predicts which item each lease gets, so the test
 // gives the pool's idle ring a single slot: whichever processor (or, in the
 // poolportable build, whichever hint) a goroutine runs on, the slot holds
-// the most recently released item, in front of the idle queue, as SPEC.md's
-// idle order says; the model keeps it so. Every goroutine the script starts
-// is waited for before the next step, so one goroutine at a time uses the
-// pool, and the order in which user code runs (and so which scheduled fault
-// it meets) is the model's order. Several slots, and interleavings across
+// the most recently released item, in front of the idle queue, as the
+// documented idle order says (doc.go, "Lifecycle of an item": Leased); the
+// model keeps it so. Every goroutine the script starts is waited for
+// before the next step, so one goroutine at a time uses the pool, and the
+// order in which user code runs (and so which scheduled fault it meets) is
+// the model's order. Several slots, and interleavings across
 // processors, are left to the ring, stress and soak tests.
 //
 // Several waiters granted at once (SetMaxSize growing) go on with their
@@ -106,124 +109,52 @@ func fzNext(q *[]fzFault) fzFault {
 	return f
 }
 
-var (
-	errFzCreate  = errors.New("fuzz: create failed")
-	errFzReady   = errors.New("fuzz: IsReady failed")
-	errFzPrepare = errors.New("fuzz: Prepare failed")
-	errFzReset   = errors.New("fuzz: Reset failed")
-	errFzDestroy = errors.New("fuzz: Destroy failed")
-)
-
-// fzPanic is what the hooks panic with, naming the hook.
+// fzPanic is what the model says a hook panicked with: "create",
+// "prepare" (IsReady or Prepare), "reset" or "destroy".
 type fzPanic string
 
-// fzHooks are the pool's user code: the factory, the Preparer, Reset and
-// Destroy. They play the faults of their own copy of the plan and keep the
-// set of items in existence, by their own count: an item exists from the
-// end of a successful Create to the start of its Destroy (or its Detach,
-// which the script reports).
-type fzHooks struct {
+// fzPanicNames are the harness's hooks, as the model names their panics.
+var fzPanicNames = [numHooks]fzPanic{onCreate: "create", onIsReady: "prepare", onPrepare: "prepare",
+	onReset: "reset", onDestroy: "destroy"}
+
+// fzScheduled is the script's say over the faults harness, whose decide it
+// is: the pool's copy of the plan, each hook's next call taking the oldest
+// fault scheduled for it. The factory and the Preparer take theirs in
+// their lease's turn (see fzAwaitTurn), so in the model's order.
+type fzScheduled struct {
 	mu          sync.Mutex
 	plan        fzPlan
-	next        int // the id of the next item
-	live        map[int]bool
 	prepareFail bool // IsReady said not ready, and Prepare must fail
 }
 
-func (h *fzHooks) Create(ctx context.Context) (*conn, error) {
+func (s *fzScheduled) decide(ctx context.Context, h faultHook) faultKind {
 	fzAwaitTurn(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch fzNext(&h.plan.create) {
-	case fzFail:
-		return nil, errFzCreate
-	case fzBoom:
-		panic(fzPanic("create"))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var f fzFault
+	switch h {
+	case onCreate:
+		f = fzNext(&s.plan.create)
+	case onIsReady:
+		f = fzNext(&s.plan.prep)
+		s.prepareFail = f == fzNotReadyFail
+	case onPrepare:
+		if s.prepareFail {
+			return faultFail
+		}
+	case onReset:
+		f = fzNext(&s.plan.reset)
+	case onDestroy:
+		f = fzNext(&s.plan.destroy)
 	}
-	h.next++
-	h.live[h.next] = true
-	return &conn{id: h.next}, nil
+	return [...]faultKind{fzFine: faultNone, fzFail: faultFail, fzBoom: faultPanic,
+		fzNotReady: faultNotReady, fzNotReadyFail: faultNotReady}[f]
 }
 
-func (h *fzHooks) IsReady(ctx context.Context, c *conn) (bool, error) {
-	fzAwaitTurn(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.prepareFail = false
-	switch fzNext(&h.plan.prep) {
-	case fzFail:
-		return false, errFzReady
-	case fzBoom:
-		panic(fzPanic("prepare"))
-	case fzNotReady:
-		return false, nil
-	case fzNotReadyFail:
-		h.prepareFail = true
-		return false, nil
-	}
-	return true, nil
-}
-
-func (h *fzHooks) Prepare(ctx context.Context, c *conn) error {
-	fzAwaitTurn(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.prepareFail {
-		return errFzPrepare
-	}
-	return nil
-}
-
-func (h *fzHooks) reset(c *conn) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch fzNext(&h.plan.reset) {
-	case fzFail:
-		return errFzReset
-	case fzBoom:
-		panic(fzPanic("reset"))
-	}
-	return nil
-}
-
-func (h *fzHooks) destroy(c *conn) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.live[c.id] {
-		panic(fmt.Sprintf("fuzz: item %d destroyed but not live", c.id))
-	}
-	delete(h.live, c.id)
-	switch fzNext(&h.plan.destroy) {
-	case fzFail:
-		return errFzDestroy
-	case fzBoom:
-		panic(fzPanic("destroy"))
-	}
-	return nil
-}
-
-// detached takes an item that Detach returned out of the live set.
-func (h *fzHooks) detached(c *conn) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.live, c.id)
-}
-
-func (h *fzHooks) liveIDs() []int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var ids []int
-	for id := range h.live {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-func (h *fzHooks) schedule(f func(*fzPlan)) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	f(&h.plan)
+func (s *fzScheduled) schedule(f func(*fzPlan)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.plan)
 }
 
 // fzTurnKey keys, in a queued lease's ctx, its fzWaiter. The factory and
@@ -288,12 +219,15 @@ func (o fzOutcome) String() string {
 	return o.kind.String()
 }
 
-// fzClassify turns what a call returned (or panicked with) into an outcome.
-func fzClassify(err error, recovered any) fzOutcome {
-	if recovered != nil {
+// fzClassify turns what a call returned (or, when panicked, panicked with)
+// into an outcome.
+func fzClassify(err error, recovered any, panicked bool) fzOutcome {
+	if panicked {
 		switch v := panicValue(recovered).(type) {
-		case fzPanic:
-			return fzOutcome{kind: fzPanicked, panic: v}
+		case injectedFault:
+			if v.kind == faultPanic {
+				return fzOutcome{kind: fzPanicked, panic: fzPanicNames[v.hook]}
+			}
 		case string:
 			if strings.HasPrefix(v, "pool: Lease.") {
 				return fzOutcome{kind: fzMisuse}
@@ -312,17 +246,21 @@ func fzClassify(err error, recovered any) fzOutcome {
 		return fzOutcome{kind: fzTimeout}
 	case errors.Is(err, context.Canceled):
 		return fzOutcome{kind: fzCanceled}
-	case errors.Is(err, errFzCreate):
+	case errors.Is(err, injectedFault{onCreate, faultFail}):
 		return fzOutcome{kind: fzCreateErr}
-	case errors.Is(err, errFzReady), errors.Is(err, errFzPrepare):
+	case errors.Is(err, injectedFault{onIsReady, faultFail}), errors.Is(err, injectedFault{onPrepare, faultFail}):
 		return fzOutcome{kind: fzPrepareErr}
-	case errors.Is(err, errFzDestroy):
+	case errors.Is(err, injectedFault{onDestroy, faultFail}):
 		return fzOutcome{kind: fzDestroyErr}
 	case errors.Is(err, ErrInvalidOptions):
 		return fzOutcome{kind: fzInvalid}
 	}
 	return fzOutcome{kind: fzOther, panic: fzPanic(err.Error())}
 }
+
+// fzCall is the outcome of a call that returns no error, given what
+// catchPanic returned.
+func fzCall(recovered any, panicked bool) fzOutcome { return fzClassify(nil, recovered, panicked) }
 
 // fzItem is the model's view of one item.
 type fzItem struct {
@@ -334,12 +272,13 @@ type fzItem struct {
 // fzLeaseRec is one lease in the model; every handle to it shares it.
 type fzLeaseRec struct {
 	id    int
+	it    *faultItem // the real item, which the script holds (faults.hold) until the lease ends
 	ended bool
 }
 
 // fzHandle is a Lease value the script kept, and the lease it belongs to.
 type fzHandle struct {
-	l   Lease[*conn]
+	l   Lease[*faultItem]
 	rec *fzLeaseRec
 }
 
@@ -359,12 +298,13 @@ type fzWaiter struct {
 
 // fzGot is what a queued Lease returned on its goroutine.
 type fzGot struct {
-	l         Lease[*conn]
+	l         Lease[*faultItem]
 	err       error
 	recovered any
+	panicked  bool
 }
 
-// fzModel is SPEC.md's pool, sequential and counted by hand.
+// fzModel is the documented pool, sequential and counted by hand.
 type fzModel struct {
 	maxSize, minSize                         int
 	idleTimeout, maxLifetime, checkAfterIdle int64
@@ -421,7 +361,7 @@ func (m *fzModel) sweep() {
 func (m *fzModel) destroyExpired() {
 	if id := m.slot; id != 0 {
 		m.slot = 0
-		m.passOn(id)
+		m.giveBackLocked(id)
 	}
 	floor := 0
 	if m.upkeep {
@@ -445,7 +385,7 @@ func (m *fzModel) destroyExpired() {
 		m.destroy(id, why)
 	}
 	for range swept {
-		m.passOn(0)
+		m.free()
 	}
 }
 
@@ -572,7 +512,8 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 }
 
 // obtain turns a held permit, with item id or none (0), into a leased item:
-// SPEC.md's lease path after the permit.
+// the documented lease after the permit (doc.go, "Lifecycle of an item":
+// Leased).
 func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 	clockRead := false
 	for {
@@ -596,7 +537,7 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 		}
 		if !expired && m.needsCheck(it) {
 			if canceled { // gave up before the check: the item goes back as it was
-				m.putBack(id)
+				m.giveBack(id)
 				m.st.Canceled++
 				return fzOutcome{kind: fzCanceled}
 			}
@@ -611,23 +552,23 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 			return m.leased(id)
 		}
 		if m.destroy(id, why) { // the permit goes back, and the panic to the caller
-			m.passOn(0)
+			m.free()
 			return m.panicked(true, "")
 		}
 		id = 0
 	}
 	if canceled { // gave up before the creation started
-		m.passOn(0)
+		m.free()
 		m.st.Canceled++
 		return fzOutcome{kind: fzCanceled}
 	}
 	m.factoryCalls++
 	switch m.next(&m.plan.create) {
 	case fzFail:
-		m.passOn(0)
+		m.free()
 		return fzOutcome{kind: fzCreateErr}
 	case fzBoom:
-		m.passOn(0)
+		m.free()
 		return fzOutcome{kind: fzPanicked, panic: "create"}
 	}
 	id = m.newItem()
@@ -637,7 +578,7 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 			return m.panicked(m.destroyAndFree(id, reasonPrepare), "prepare")
 		case fzFail:
 			boom := m.destroy(id, reasonPrepare)
-			m.passOn(0)
+			m.free()
 			if boom {
 				return m.panicked(true, "")
 			}
@@ -699,23 +640,37 @@ func (m *fzModel) takeIdle() int {
 	}
 	if id := m.slot; id != 0 {
 		m.slot = 0
-		m.passOn(0)
+		m.free()
 		return id
 	}
 	return 0
 }
 
-// passOn gives back a permit, with idle item id or none (0): to the oldest
-// waiter, whose lease then goes on, or the item joins the queue and the
-// permit comes free. While shrinking, a bare permit retires instead of
-// going to a waiter. The gate is open, or id is 0 (see toGate).
-func (m *fzModel) passOn(id int) {
-	if (id != 0 || !m.shrinking()) && len(m.waiters) > 0 {
+// The model's gate, named after the pool's (the model, sequential, has no
+// lock to hold: the names are the gate's).
+
+// giveBackLocked is the gate's giveBackLocked: idle item id and the permit
+// the caller holds for it go to the oldest waiter, whose lease then goes
+// on, or the item joins the queue and the permit comes free. The gate is
+// open (see giveBackToGate), or the gate moves a parked item.
+func (m *fzModel) giveBackLocked(id int) {
+	if len(m.waiters) > 0 {
 		m.grant(id)
 		return
 	}
-	if id != 0 {
-		m.queue = append(m.queue, id)
+	m.queue = append(m.queue, id)
+	m.held--
+	m.bypassOn = m.bypassNeeded()
+}
+
+// free is the gate's free: a permit the caller holds with no item (it was
+// destroyed or detached, or its creation failed) goes to the oldest
+// waiter, as the right to create a fresh item, or comes free. While
+// shrinking, it retires instead of going to a waiter.
+func (m *fzModel) free() {
+	if !m.shrinking() && len(m.waiters) > 0 {
+		m.grant(0)
+		return
 	}
 	m.held--
 	m.bypassOn = m.bypassNeeded()
@@ -744,22 +699,24 @@ func (m *fzModel) runGranted() {
 	}
 }
 
-// toGate is the pool's toGate: item id, whose permit the caller holds, goes
-// through the gate (to the oldest waiter or the queue's tail), unless the
-// pool is closed or shrinking: then it is destroyed, and its permit goes
-// back. It reports whether that Destroy panicked.
-func (m *fzModel) toGate(id int) (boom bool) {
+// giveBackToGate is the pool's giveBackToGate: item id, whose permit the
+// caller holds, goes through the gate (to the oldest waiter or the queue's
+// tail), unless the pool is closed or shrinking: then the gate refuses it,
+// and it is destroyed and its permit freed. It reports whether that
+// Destroy panicked.
+func (m *fzModel) giveBackToGate(id int) (boom bool) {
 	switch {
 	case m.closed:
 		return m.destroyAndFree(id, reasonClose)
 	case m.shrinking():
 		return m.destroyAndFree(id, reasonResize)
 	}
-	m.passOn(id)
+	m.giveBackLocked(id)
 	return false
 }
 
-// destroy destroys an item, reporting whether Destroy panicked.
+// destroy is the pool's destroy: it destroys an item, whose permit stays
+// held, reporting whether Destroy panicked.
 func (m *fzModel) destroy(id int, why reason) (boom bool) {
 	delete(m.items, id)
 	m.st.Destroyed++
@@ -781,21 +738,24 @@ func (m *fzModel) destroy(id int, why reason) (boom bool) {
 	return false
 }
 
+// destroyAndFree is the pool's destroyAndFree: destroy, then free the
+// permit.
 func (m *fzModel) destroyAndFree(id int, why reason) (boom bool) {
 	boom = m.destroy(id, why)
-	m.passOn(0)
+	m.free()
 	return boom
 }
 
-// putBack makes an item whose permit the caller holds idle: parked, or
-// through the gate. Only a lease that gave up before its check and Clear's
-// refill put back, and neither runs on a closed pool.
-func (m *fzModel) putBack(id int) {
+// giveBack is the pool's giveBack: it makes an item whose permit the
+// caller holds idle: parked in the slot, or through the gate
+// (giveBackToGate). Only a lease that gave up before its check and Clear's
+// refill give back this way, and neither runs on a closed pool.
+func (m *fzModel) giveBack(id int) {
 	if !m.bypass() && m.slot == 0 {
 		m.slot = id
 		return
 	}
-	m.toGate(id)
+	m.giveBackToGate(id)
 }
 
 // release ends the lease rec with Release.
@@ -825,7 +785,7 @@ func (m *fzModel) release(rec *fzLeaseRec) fzOutcome {
 		m.slot = id
 		return fzOutcome{}
 	}
-	return m.panicked(m.toGate(id), "")
+	return m.panicked(m.giveBackToGate(id), "")
 }
 
 func (m *fzModel) discard(rec *fzLeaseRec) fzOutcome {
@@ -843,7 +803,7 @@ func (m *fzModel) detach(rec *fzLeaseRec) fzOutcome {
 	rec.ended = true
 	delete(m.items, rec.id)
 	m.st.Detached++
-	m.passOn(0)
+	m.free()
 	return fzOutcome{kind: fzOK, id: rec.id}
 }
 
@@ -871,13 +831,13 @@ func (m *fzModel) clear() fzOutcome {
 		m.factoryCalls++
 		switch m.next(&m.plan.create) {
 		case fzFail: // ends the refill quietly
-			m.passOn(0)
+			m.free()
 			return fzOutcome{}
 		case fzBoom:
-			m.passOn(0)
+			m.free()
 			return fzOutcome{kind: fzPanicked, panic: "create"}
 		}
-		m.putBack(m.newItem())
+		m.giveBack(m.newItem())
 	}
 	return fzOutcome{}
 }
@@ -951,9 +911,9 @@ func (m *fzModel) setMaxSize(n int) fzOutcome {
 // fzUpkeepCheckRaises says whether a Destroy panic in the upkeep's check
 // (an item that failed its idle check is destroyed, and Destroy panics)
 // ends the round and reaches upkeepRound's caller. It did once, and on the
-// upkeep's goroutine that crashed the program; SPEC.md says the upkeep's
-// failures are counted and logged (Errors with no caller), and so they are
-// now: the round goes on.
+// upkeep's goroutine that crashed the program; the upkeep's failures have no
+// caller to go to, so they are counted and logged (doc.go, "Waiting and
+// errors"), and so they are now: the round goes on.
 const fzUpkeepCheckRaises = false
 
 // upkeepRound is one round of the upkeep, run by the script: the expired
@@ -984,7 +944,7 @@ func (m *fzModel) checkIdle() (boom bool) {
 	for range m.maxSize {
 		if id := m.slot; id != 0 {
 			m.slot = 0
-			m.passOn(id)
+			m.giveBackLocked(id)
 		}
 		at := slices.IndexFunc(m.queue, func(id int) bool { return m.needsCheck(m.items[id]) })
 		if at < 0 {
@@ -1000,7 +960,7 @@ func (m *fzModel) checkIdle() (boom bool) {
 			continue
 		}
 		m.items[id].checkedAt = m.now
-		if m.toGate(id) && fzUpkeepCheckRaises {
+		if m.giveBackToGate(id) && fzUpkeepCheckRaises {
 			return true
 		}
 	}
@@ -1019,10 +979,10 @@ func (m *fzModel) fillToMinSize() bool {
 		m.held++
 		m.factoryCalls++
 		if f := m.next(&m.plan.create); f == fzFail || f == fzBoom {
-			m.passOn(0)
+			m.free()
 			return false
 		}
-		m.toGate(m.newItem())
+		m.giveBackToGate(m.newItem())
 	}
 	return true
 }
@@ -1030,8 +990,9 @@ func (m *fzModel) fillToMinSize() bool {
 // fzRun plays one script on a pool and on the model.
 type fzRun struct {
 	t       *testing.T
-	p       *Pool[*conn]
-	h       *fzHooks
+	p       *Pool[*faultItem]
+	f       *faults
+	sch     *fzScheduled // the faults harness's decide
 	clk     *fakeClock
 	m       *fzModel
 	handles []fzHandle
@@ -1069,8 +1030,12 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 	maxSize := 1 + int(c0%4)
 	minSize := int(c0>>2) % (maxSize + 1)
 	upkeep := c0>>6 == 2
-	h := &fzHooks{live: map[int]bool{}}
-	opts := Options[*conn]{Name: "fuzz", MaxSize: maxSize, MinSize: minSize, Destroy: h.destroy}
+	sch := &fzScheduled{}
+	f := newFaults(t, 0)
+	f.max = 4 // the largest MaxSize a script can set
+	f.decide = sch.decide
+	f.on.Store(true)
+	opts := Options[*faultItem]{Name: "fuzz", MaxSize: maxSize, MinSize: minSize, Destroy: f.destroy}
 	m := &fzModel{maxSize: maxSize, minSize: minSize, items: map[int]*fzItem{}, upkeep: upkeep}
 	if upkeep {
 		opts.UpkeepInterval = fzUpkeepInterval
@@ -1083,13 +1048,13 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 		opts.MaxLifetime, m.maxLifetime = fzMaxLifetime, int64(fzMaxLifetime)
 	}
 	if c1&4 != 0 {
-		opts.Preparer, m.prep = h, true
+		opts.Preparer, m.prep = f, true
 		if c1&8 != 0 {
 			opts.CheckAfterIdle, m.checkAfterIdle = fzCheckAfterIdle, int64(fzCheckAfterIdle)
 		}
 	}
 	if c1&16 != 0 {
-		opts.Reset, m.reset = h.reset, true
+		opts.Reset, m.reset = f.reset, true
 	}
 	if c1&32 != 0 {
 		// Real time, as short as a timer goes: nothing else runs while a
@@ -1107,7 +1072,7 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 	m.stamp = m.idleTimeout > 0 || m.maxLifetime > 0 || m.prep && m.checkAfterIdle > 0
 	m.plain = !m.judge && !opts.TrackLeaseSites
 
-	p, err := New[*conn](context.Background(), h, opts)
+	p, err := New[*faultItem](context.Background(), f, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -1118,12 +1083,12 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 	// at 0, as the model has them; and it ran the creations in parallel:
 	// put the items in the order of their ids, as the model has them.
 	p.g.mu.Lock()
-	var seeded []*entry[*conn]
+	var seeded []*entry[*faultItem]
 	for e := p.g.idle.pop(); e != nil; e = p.g.idle.pop() {
 		e.deadline, e.idleAt = p.deadline(0), 0
 		seeded = append(seeded, e)
 	}
-	slices.SortFunc(seeded, func(a, b *entry[*conn]) int { return a.value.id - b.value.id })
+	slices.SortFunc(seeded, func(a, b *entry[*faultItem]) int { return a.value.id - b.value.id })
 	for _, e := range seeded {
 		p.g.idle.push(e)
 	}
@@ -1132,7 +1097,7 @@ func newFzRun(t *testing.T, c0, c1 byte) *fzRun {
 		m.factoryCalls++
 		m.queue = append(m.queue, m.newItem())
 	}
-	return &fzRun{t: t, p: p, h: h, clk: clk, m: m, reader: reader, abort: make(chan struct{})}
+	return &fzRun{t: t, p: p, f: f, sch: sch, clk: clk, m: m, reader: reader, abort: make(chan struct{})}
 }
 
 // fail reports a mismatch between the pool and the model, with the step.
@@ -1168,27 +1133,39 @@ func (r *fzRun) lease(try, canceled bool) {
 		r.queue()
 		return
 	}
-	var l Lease[*conn]
+	var l Lease[*faultItem]
 	var err error
-	rec := lcRecover(func() {
+	rec, panicked := catchPanic(func() {
 		if try {
 			l, err = r.p.TryLease(ctx)
 		} else {
 			l, err = r.p.Lease(ctx)
 		}
 	})
-	r.expect(fmt.Sprintf("Lease(try %v, canceled %v)", try, canceled), r.leased(l, err, rec), want)
+	r.expect(fmt.Sprintf("Lease(try %v, canceled %v)", try, canceled), r.leased(l, err, rec, panicked), want)
 	r.m.leaseEnded(want, false)
 }
 
-// leased classifies what a lease returned, and keeps the handle.
-func (r *fzRun) leased(l Lease[*conn], err error, recovered any) fzOutcome {
-	o := fzClassify(err, recovered)
-	if o.kind == fzOK {
-		o.id = l.Value().id
-		r.handles = append(r.handles, fzHandle{l: l, rec: &fzLeaseRec{id: o.id}})
+// leased classifies what a lease returned and, for a lease, holds its item
+// and keeps the handle.
+func (r *fzRun) leased(l Lease[*faultItem], err error, recovered any, panicked bool) fzOutcome {
+	o := fzClassify(err, recovered, panicked)
+	if o.kind != fzOK {
+		return o
+	}
+	if it, ok := r.f.take(l); ok {
+		o.id = it.id
+		r.handles = append(r.handles, fzHandle{l: l, rec: &fzLeaseRec{id: o.id, it: it}})
 	}
 	return o
+}
+
+// ending is what the holder of rec does before it ends the lease: unhold
+// the item, unless the lease has ended already.
+func (r *fzRun) ending(rec *fzLeaseRec) {
+	if !rec.ended {
+		r.f.unhold(rec.it)
+	}
 }
 
 // queue starts a Lease that the model says queues, on a goroutine, and
@@ -1201,14 +1178,14 @@ func (r *fzRun) queue() {
 	r.m.bypassOn = true
 	go func() {
 		var got fzGot
-		got.recovered = lcRecover(func() { got.l, got.err = r.p.Lease(ctx) })
+		got.recovered, got.panicked = catchPanic(func() { got.l, got.err = r.p.Lease(ctx) })
 		w.done <- got
 	}()
 	deadline := time.Now().Add(testWait)
 	for r.p.Stats().QueuedLeases != len(r.m.waiters) {
 		select {
 		case got := <-w.done:
-			r.fail("a lease the model queues returned %v", fzClassify(got.err, got.recovered))
+			r.fail("a lease the model queues returned %v", fzClassify(got.err, got.recovered, got.panicked))
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -1232,7 +1209,7 @@ func (r *fzRun) settle() {
 			r.fail("a granted waiter did not return")
 		}
 		w.cancel() // the lease is over: its ctx no longer matters
-		r.expect("queued Lease", r.leased(got.l, got.err, got.recovered), w.want)
+		r.expect("queued Lease", r.leased(got.l, got.err, got.recovered, got.panicked), w.want)
 		r.m.leaseEnded(w.want, true)
 	}
 	r.m.granted = r.m.granted[:0]
@@ -1251,7 +1228,7 @@ func (r *fzRun) cancelWaiter(i int) {
 	w.cancel()
 	select {
 	case got := <-w.done:
-		r.expect("canceled queued Lease", r.leased(got.l, got.err, got.recovered), fzOutcome{kind: fzCanceled})
+		r.expect("canceled queued Lease", r.leased(got.l, got.err, got.recovered, got.panicked), fzOutcome{kind: fzCanceled})
 		r.m.leaseEnded(fzOutcome{kind: fzCanceled}, true)
 	case <-time.After(testWait):
 		r.fail("a canceled waiter did not return")
@@ -1281,8 +1258,9 @@ func (r *fzRun) staleHandle(arg byte) *fzHandle {
 }
 
 func (r *fzRun) release(h *fzHandle) {
+	r.ending(h.rec)
 	want := r.m.release(h.rec)
-	r.expect("Release", fzClassify(nil, lcRecover(h.l.Release)), want)
+	r.expect("Release", fzCall(catchPanic(h.l.Release)), want)
 }
 
 // step plays one operation.
@@ -1314,17 +1292,25 @@ func (r *fzRun) step(op, arg byte) {
 		}
 	case 8:
 		if h := r.handle(arg); h != nil {
+			r.ending(h.rec)
 			want := m.discard(h.rec)
-			r.expect("Discard", fzClassify(nil, lcRecover(h.l.Discard)), want)
+			r.expect("Discard", fzCall(catchPanic(h.l.Discard)), want)
 		}
 	case 9:
 		if h := r.handle(arg); h != nil {
+			held := !h.rec.ended
+			if held { // the item leaves the pool: see faults.detaching
+				r.f.unhold(h.rec.it)
+				r.f.detaching(h.rec.it)
+			}
 			want := m.detach(h.rec)
-			var c *conn
-			got := fzClassify(nil, lcRecover(func() { c = h.l.Detach() }))
-			if c != nil {
-				got.id = c.id
-				r.h.detached(c)
+			var it *faultItem
+			got := fzCall(catchPanic(func() { it = h.l.Detach() }))
+			if it != nil {
+				got.id = it.id
+				if held {
+					r.f.disposed(it)
+				}
 			}
 			r.expect("Detach", got, want)
 		}
@@ -1334,23 +1320,23 @@ func (r *fzRun) step(op, arg byte) {
 			if !h.rec.ended {
 				want = fzOutcome{kind: fzOK, id: h.rec.id}
 			}
-			var c *conn
-			got := fzClassify(nil, lcRecover(func() { c = h.l.Value() }))
-			if c != nil {
-				got.id = c.id
+			var it *faultItem
+			got := fzCall(catchPanic(func() { it = h.l.Value() }))
+			if it != nil {
+				got.id = it.id
 			}
 			r.expect("Value", got, want)
 		}
 	case 11:
 		want := m.clear()
-		r.expect("Clear", fzClassify(nil, lcRecover(r.p.Clear)), want)
+		r.expect("Clear", fzCall(catchPanic(r.p.Clear)), want)
 	case 12:
 		if arg%4 == 0 { // rarely: the script ends soon after
 			r.close(false)
 		} else if m.upkeep { // the other arguments: an upkeep round, with the upkeep on
 			want := m.upkeepRound()
 			var ok bool
-			got := fzClassify(nil, lcRecover(func() { ok = r.p.upkeepRound() }))
+			got := fzCall(catchPanic(func() { ok = r.p.upkeepRound() }))
 			if got.kind == fzOK && !ok {
 				got.kind = fzRoundFailed
 			}
@@ -1363,9 +1349,9 @@ func (r *fzRun) step(op, arg byte) {
 			n := 1 + int(arg>>2)%4
 			want := m.setMaxSize(n)
 			var err error
-			got := fzClassify(nil, lcRecover(func() { err = r.p.SetMaxSize(n) }))
+			got := fzCall(catchPanic(func() { err = r.p.SetMaxSize(n) }))
 			if got.kind == fzOK {
-				got = fzClassify(err, nil)
+				got = fzClassify(err, nil, false)
 			}
 			r.expect(fmt.Sprintf("SetMaxSize(%d)", n), got, want)
 		}
@@ -1376,19 +1362,19 @@ func (r *fzRun) step(op, arg byte) {
 	case 15:
 		f := []fzFault{fzFine, fzFail, fzBoom}[arg%3]
 		m.plan.create = append(m.plan.create, f)
-		r.h.schedule(func(p *fzPlan) { p.create = append(p.create, f) })
+		r.sch.schedule(func(p *fzPlan) { p.create = append(p.create, f) })
 	case 16:
 		f := []fzFault{fzFine, fzFail, fzBoom, fzNotReady, fzNotReadyFail}[arg%5]
 		m.plan.prep = append(m.plan.prep, f)
-		r.h.schedule(func(p *fzPlan) { p.prep = append(p.prep, f) })
+		r.sch.schedule(func(p *fzPlan) { p.prep = append(p.prep, f) })
 	case 17:
 		f := []fzFault{fzFine, fzFail, fzBoom}[arg%3]
 		m.plan.reset = append(m.plan.reset, f)
-		r.h.schedule(func(p *fzPlan) { p.reset = append(p.reset, f) })
+		r.sch.schedule(func(p *fzPlan) { p.reset = append(p.reset, f) })
 	case 18:
 		f := []fzFault{fzFine, fzFail, fzBoom}[arg%3]
 		m.plan.destroy = append(m.plan.destroy, f)
-		r.h.schedule(func(p *fzPlan) { p.destroy = append(p.destroy, f) })
+		r.sch.schedule(func(p *fzPlan) { p.destroy = append(p.destroy, f) })
 	case 19:
 		r.cancelWaiter(int(arg))
 	}
@@ -1408,7 +1394,7 @@ func (r *fzRun) close(shutdown bool) {
 		cancel()
 	}
 	var err error
-	rec := lcRecover(func() {
+	rec, panicked := catchPanic(func() {
 		if shutdown {
 			err = r.p.Shutdown(ctx)
 		} else {
@@ -1416,12 +1402,12 @@ func (r *fzRun) close(shutdown bool) {
 		}
 	})
 	what := map[bool]string{false: "Close", true: "Shutdown"}[shutdown]
-	if rec != nil || want.kind == fzPanicked {
-		r.expect(what, fzClassify(nil, rec), want)
+	if panicked || want.kind == fzPanicked {
+		r.expect(what, fzCall(rec, panicked), want)
 		return
 	}
 	wantDestroy := want.kind == fzDestroyErr
-	if errors.Is(err, context.Canceled) != wantCanceled || errors.Is(err, errFzDestroy) != wantDestroy ||
+	if errors.Is(err, context.Canceled) != wantCanceled || errors.Is(err, injectedFault{onDestroy, faultFail}) != wantDestroy ||
 		(err != nil) != (wantCanceled || wantDestroy) {
 		r.fail("%s returned %v; the model says: ctx error %v, destroy errors %v", what, err, wantCanceled, wantDestroy)
 	}
@@ -1445,7 +1431,7 @@ func (r *fzRun) check() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	if live := r.h.liveIDs(); !slices.Equal(live, ids) {
+	if live := r.f.liveIDs(); !slices.Equal(live, ids) {
 		r.fail("items in existence: the factory counts %v, the model %v", live, ids)
 	}
 	// The idle order: the queue oldest first, and what is parked.
@@ -1476,7 +1462,7 @@ func (r *fzRun) check() {
 func (r *fzRun) finish() {
 	m := r.m
 	m.plan = fzPlan{}
-	r.h.schedule(func(p *fzPlan) { *p = fzPlan{} })
+	r.sch.schedule(func(p *fzPlan) { *p = fzPlan{} })
 	for len(m.waiters) > 0 {
 		r.cancelWaiter(0)
 	}
@@ -1575,8 +1561,8 @@ func fzPlay(t *testing.T, script []byte) {
 	r := newFzRun(t, script[0], script[1])
 	defer func() { // also when a step failed: then no fault may go off in Close
 		close(r.abort)
-		r.h.schedule(func(p *fzPlan) { *p = fzPlan{} })
-		_ = lcRecover(func() { _ = r.p.Close() })
+		r.sch.schedule(func(p *fzPlan) { *p = fzPlan{} })
+		_, _ = catchPanic(func() { _ = r.p.Close() })
 	}()
 	ops := script[2:]
 	for i := 0; i+1 < len(ops) && i < 2*fzMaxOps; i += 2 {

@@ -243,7 +243,7 @@ func TestLifecycleAbandonedItemIsPreparedWhenLeased(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := leaseAsync(ctx, p)
-	lcRecv(t, tr.ctxs, "Create")
+	recvOrFail(t, tr.ctxs, "Create")
 	cancel()
 	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
 	close(block)
@@ -320,7 +320,7 @@ func TestLifecyclePreparationCanceledByCaller(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ch := leaseAsync(ctx, p)
-			assert.Equal(t, 1, lcRecv(t, entered, "IsReady"))
+			assert.Equal(t, 1, recvOrFail(t, entered, "IsReady"))
 			cancel()
 			o := awaitLease(t, ch)
 

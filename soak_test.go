@@ -59,59 +59,14 @@ const (
 	skDestroyFailRate  = 0.01 // Destroy disposes of the item but reports an error
 )
 
-// skFault is an injected failure. It is comparable, so errors.Is finds it
-// through the pool's wrapping.
-type skFault string
-
-func (f skFault) Error() string { return "soak: injected " + string(f) + " failure" }
-
-const (
-	skErrCreate  skFault = "factory"
-	skErrPrepare skFault = "preparation"
-	skErrReset   skFault = "reset"
-	skErrDestroy skFault = "destroy"
-)
-
-// skPanic is what the injected faults panic with. site names the hook, so
-// that a recovered value shows whose panic reached which caller.
-type skPanic struct{ site string }
-
-// skItem is the item TestSoak pools. The pool never looks inside it; the
-// test's hooks and workers use its fields to catch an item that is shared by
-// two holders, used after its destruction, or touched after Detach.
-type skItem struct {
-	id     uint64
-	state  atomic.Int32 // skAlive, then skDestroyed; or skDetached, then skDisposed
-	inUse  atomic.Bool  // set while a lease holder uses the item
-	leases atomic.Int64 // leases of the item that a worker began to use
-	resets atomic.Int64 // Reset calls: leases of the item that a Release ended
-}
-
-const (
-	skAlive     int32 = iota
-	skDestroyed       // by the pool, through Destroy
-	skDetached        // taken out with Detach, not yet disposed of
-	skDisposed        // detached, then disposed of by the test
-)
-
-func skStateName(st int32) string {
-	return [...]string{"alive", "destroyed", "detached", "disposed"}[st]
-}
-
-// skDice gives the hooks, which run on any goroutine, their random draws
-// without a lock: the n-th draw is the splitmix64 hash of seed + n·φ.
-type skDice struct {
-	seed uint64
-	n    atomic.Uint64
-}
-
-// float returns a draw in [0, 1).
-func (d *skDice) float() float64 {
-	z := d.seed + d.n.Add(1)*0x9e3779b97f4a7c15
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	z ^= z >> 31
-	return float64(z>>11) / (1 << 53)
+// skRates are the soak's faults, as the harness's rates.
+func skRates() (r [numHooks]faultRates) {
+	r[onCreate] = faultRates{panic: skFactoryPanicRate, fail: skFactoryFailRate, slow: skFactorySlowRate, slowFor: skSlowCreate}
+	r[onIsReady] = faultRates{panic: skPreparePanicRate, fail: skReadyFailRate, notReady: skNotReadyRate}
+	r[onPrepare] = faultRates{fail: skPrepareFailRate}
+	r[onReset] = faultRates{panic: skResetPanicRate, fail: skResetFailRate}
+	r[onDestroy] = faultRates{fail: skDestroyFailRate}
+	return r
 }
 
 // skConfig is one half of the soak: how it ends and the pool's options.
@@ -153,7 +108,8 @@ func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 }
 
 // skCounts are the figures of one half, each an atomic count of what really
-// happened.
+// happened. The faults injected, and the items made and destroyed, are the
+// harness's counts.
 type skCounts struct {
 	// Lease and TryLease calls, by outcome.
 	ops, leaseOK, timeouts, canceled, exhausted, closed atomic.Int64
@@ -166,87 +122,87 @@ type skCounts struct {
 
 	// The helpers' work.
 	clears, statsReads, checks, calmPhases atomic.Int64
-	maxQueued, peakLive                    atomic.Int64
+	maxQueued                              atomic.Int64
 	resizes, shrinks, minSizeSet           atomic.Int64 // SetMaxSize calls; to a smaller size; the smallest set
 
-	// The hooks' view.
-	created, destroyed, slowCreates, createAborted atomic.Int64
-
-	// Faults injected, and panics seen by the callers of the pool.
-	factoryFails, factoryPanics                         atomic.Int64
-	prepareErrs, prepareFaults, prepareCtx              atomic.Int64 // prepareErrs: every error IsReady or Prepare returned
-	preparePanics, resetFails, resetPanics, destroyErrs atomic.Int64
-	seenFactory, seenPrepare, seenReset                 atomic.Int64
-	upkeepPrepare, upkeepPreparePanics                  atomic.Int64 // the upkeep's checks, and the panics in them (no caller to reach)
+	// Panics seen by the callers of the pool, by the hook that raised them.
+	seen                               [numHooks]atomic.Int64
+	upkeepPrepare, upkeepPreparePanics atomic.Int64 // the upkeep's checks, and the panics in them (no caller to reach)
 }
 
-// skRun is one half of the soak: the pool, its user code (skRun is its
-// Factory and Preparer; reset and destroy are its Reset and Destroy) and the
-// goroutines that load it.
+// skRun is one half of the soak: the pool, its user code (the faults
+// harness: the factory, the Preparer, Reset and Destroy) and the goroutines
+// that load it.
 type skRun struct {
 	t      *testing.T
 	cfg    skConfig
-	p      *Pool[*skItem]
-	dice   skDice
+	p      *Pool[*faultItem]
+	f      *faults
 	reader *sdkmetric.ManualReader // nil without metrics
 
-	armed  atomic.Bool // faults are injected: off while New seeds the pool
-	nextID atomic.Uint64
-	// live is the number of items in existence by the test's own count: up
-	// when Create starts, down when Create fails or Destroy ends, and for a
-	// detached item, down just before Detach frees its permit (the test
-	// disposes of it, outside the pool's cap). So live <= MaxSize at every
-	// instant.
-	live atomic.Int64
 	// closeReturned is set once Close has returned (close half): a lease
 	// begun after that must fail.
 	closeReturned atomic.Bool
 	// active is how many workers lease now; the others rest.
 	active atomic.Int64
 
-	mu    sync.Mutex
-	items []*skItem // every item the factory made
-
 	stale    skStale        // handles of ended leases
 	handoffs chan skHandoff // leases left for the courier to end
 	stop     chan struct{}  // ends the clearer and the checker
 	// sizes resizes the pool (the resizer) and checks its invariants.
-	sizes      *sizeWindow[*skItem]
+	sizes      *sizeWindow[*faultItem]
 	stopResize chan struct{} // ends the resizer, which restores skMaxSize
 
-	violations, invFailures atomic.Int64
-	stopTook                time.Duration    // from Close or Shutdown to the end of the drain
-	destroyedBy             map[string]int64 // pool.items.destroyed by reason, with metrics
-	c                       skCounts
+	invFailures atomic.Int64
+	stopTook    time.Duration    // from Close or Shutdown to the end of the drain
+	destroyedBy map[string]int64 // pool.items.destroyed by reason, with metrics
+	c           skCounts
 }
 
 // skHandoff is a lease a worker left to the courier, with its item.
 type skHandoff struct {
-	l  Lease[*skItem]
-	it *skItem
+	l  Lease[*faultItem]
+	it *faultItem
 }
 
-// skStart makes the pool of one half.
+// skStart makes the pool of one half. The harness injects nothing while
+// New seeds the pool, and from then on faults at the soak's rates, drawn
+// from the half's seed; it counts the upkeep's checks (their ctx carries no
+// skLeaseKey) and the panics in them apart, since those reach no caller.
+// Every item exists at most skMaxSize at once: the largest MaxSize ever
+// set.
 func skStart(t *testing.T, cfg skConfig) *skRun {
+	f := newFaults(t, cfg.seed)
+	f.shown, f.max, f.rates = skMaxReports, skMaxSize, skRates()
 	s := &skRun{
 		t:          t,
 		cfg:        cfg,
-		dice:       skDice{seed: cfg.seed},
+		f:          f,
 		handoffs:   make(chan skHandoff, skMaxSize),
 		stop:       make(chan struct{}),
 		stopResize: make(chan struct{}),
 	}
-	opts := Options[*skItem]{
+	f.decide = func(ctx context.Context, h faultHook) faultKind {
+		k := f.roll(h)
+		if h == onIsReady && ctx.Value(skLeaseKey{}) == nil {
+			s.c.upkeepPrepare.Add(1)
+			if k == faultPanic {
+				s.c.upkeepPreparePanics.Add(1)
+			}
+		}
+		return k
+	}
+	opts := Options[*faultItem]{
 		Name:           "soak-" + cfg.mode,
 		MinSize:        skMinSize,
 		MaxSize:        skMaxSize,
 		LeaseTimeout:   cfg.leaseTimeout,
 		IdleTimeout:    cfg.idleTimeout,
 		MaxLifetime:    cfg.maxLifetime,
-		Preparer:       s,
+		Preparer:       f,
 		CheckAfterIdle: cfg.checkAfterIdle,
-		Reset:          s.reset,
-		Destroy:        s.destroy,
+		Reset:          f.reset,
+		Destroy:        f.destroy,
 		UpkeepInterval: cfg.upkeep,
 	}
 	if cfg.metrics {
@@ -255,12 +211,12 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 		opts.MeterProvider = mp
 	}
-	p, err := New[*skItem](context.Background(), s, opts)
+	p, err := New[*faultItem](context.Background(), f, opts)
 	require.NoError(t, err)
 	s.p = p
 	s.sizes = newSizeWindow(p)
 	s.c.minSizeSet.Store(skMaxSize)
-	s.armed.Store(true)
+	f.on.Store(true)
 	s.active.Store(skWorkers)
 	return s
 }
@@ -268,9 +224,8 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 // violate reports a broken promise of the pool's, from any goroutine; past
 // skMaxReports it only counts, so that one bug does not bury the log.
 func (s *skRun) violate(format string, args ...any) {
-	if s.violations.Add(1) <= skMaxReports {
-		s.t.Errorf(format, args...)
-	}
+	s.t.Helper()
+	s.f.violate(format, args...)
 }
 
 // skMax raises m to v if v is larger.
@@ -283,205 +238,44 @@ func skMax(m *atomic.Int64, v int64) {
 	}
 }
 
-// skSleep waits for d or until ctx ends, reporting ctx.Err() in that case.
-func skSleep(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Create is the factory: it sometimes dials slowly, giving up when its ctx
-// (which only Close cancels) ends, and then fails or panics at a low rate.
-// A slow dial outlives short lease deadlines, so some failures and panics
-// happen in creations that their lease abandoned.
-func (s *skRun) Create(ctx context.Context) (*skItem, error) {
-	skMax(&s.c.peakLive, s.live.Add(1))
-	if s.armed.Load() {
-		if s.dice.float() < skFactorySlowRate {
-			s.c.slowCreates.Add(1)
-			if err := skSleep(ctx, time.Duration(s.dice.float()*float64(skSlowCreate))); err != nil {
-				s.live.Add(-1)
-				s.c.createAborted.Add(1)
-				// Wrapped, as net.Dialer does: the pool's ctx, canceled by
-				// Close. The lease fails with ErrClosed, which wins over
-				// its caller's ctx having ended too (see lease below).
-				return nil, fmt.Errorf("soak: dial abandoned: %w", err)
-			}
-		}
-		switch x := s.dice.float(); {
-		case x < skFactoryPanicRate:
-			s.live.Add(-1)
-			s.c.factoryPanics.Add(1)
-			panic(skPanic{"factory"})
-		case x < skFactoryPanicRate+skFactoryFailRate:
-			s.live.Add(-1)
-			s.c.factoryFails.Add(1)
-			return nil, skErrCreate
-		}
-	}
-	it := &skItem{id: s.nextID.Add(1)}
-	s.mu.Lock()
-	s.items = append(s.items, it)
-	s.mu.Unlock()
-	s.c.created.Add(1)
-	return it, nil
-}
-
-// touch checks that the pool hands its user code (IsReady, Prepare, Reset)
-// only an item that is alive and that no lease holder is using.
-func (s *skRun) touch(it *skItem, hook string) {
-	if st := it.state.Load(); st != skAlive {
-		s.violate("%s got item %d, which is %s", hook, it.id, skStateName(st))
-	}
-	if it.inUse.Load() {
-		s.violate("%s got item %d while a lease holder uses it", hook, it.id)
-	}
-}
-
-// IsReady fails or panics at a low rate, says "not ready" sometimes, and
-// honours its ctx as a ping would.
-func (s *skRun) IsReady(ctx context.Context, it *skItem) (bool, error) {
-	s.touch(it, "IsReady")
-	upkeep := ctx.Value(skLeaseKey{}) == nil // a lease's ctx carries the key; the upkeep's does not
-	if upkeep {
-		s.c.upkeepPrepare.Add(1)
-	}
-	if err := ctx.Err(); err != nil {
-		s.c.prepareErrs.Add(1)
-		s.c.prepareCtx.Add(1)
-		return false, err
-	}
-	x := s.dice.float()
-	switch {
-	case x < skPreparePanicRate:
-		s.c.preparePanics.Add(1)
-		if upkeep {
-			s.c.upkeepPreparePanics.Add(1)
-		}
-		panic(skPanic{"prepare"})
-	case x < skPreparePanicRate+skReadyFailRate:
-		s.c.prepareErrs.Add(1)
-		s.c.prepareFaults.Add(1)
-		return false, skErrPrepare
-	case x < skPreparePanicRate+skReadyFailRate+skNotReadyRate:
-		return false, nil
-	}
-	return true, nil
-}
-
-// Prepare fails at a high rate: an item that was not ready is often lost.
-func (s *skRun) Prepare(_ context.Context, it *skItem) error {
-	s.touch(it, "Prepare")
-	if s.dice.float() < skPrepareFailRate {
-		s.c.prepareErrs.Add(1)
-		s.c.prepareFaults.Add(1)
-		return skErrPrepare
-	}
-	return nil
-}
-
-// reset is Options.Reset. Besides failing and panicking at a low rate, it
-// checks that Release ends each lease once: Reset runs once per ended
-// Release, so it never runs more often for an item than the item was leased
-// (a worker counts a lease before it can end it).
-func (s *skRun) reset(it *skItem) error {
-	s.touch(it, "Reset")
-	if n, m := it.resets.Add(1), it.leases.Load(); n > m {
-		s.violate("Reset ran %d times for %d leases of item %d: a lease ended twice", n, m, it.id)
-	}
-	x := s.dice.float()
-	switch {
-	case x < skResetPanicRate:
-		s.c.resetPanics.Add(1)
-		panic(skPanic{"reset"})
-	case x < skResetPanicRate+skResetFailRate:
-		s.c.resetFails.Add(1)
-		return skErrReset
-	}
-	return nil
-}
-
-// destroy is Options.Destroy: it checks that the pool destroys only an item
-// nobody uses, and each one once, never a detached one.
-func (s *skRun) destroy(it *skItem) error {
-	if it.inUse.Load() {
-		s.violate("Destroy got item %d while a lease holder uses it", it.id)
-	}
-	if !it.state.CompareAndSwap(skAlive, skDestroyed) {
-		s.violate("Destroy got item %d, which is %s", it.id, skStateName(it.state.Load()))
-	}
-	s.c.destroyed.Add(1)
-	s.live.Add(-1)
-	if s.dice.float() < skDestroyFailRate {
-		s.c.destroyErrs.Add(1)
-		return fmt.Errorf("item %d: %w", it.id, skErrDestroy)
-	}
-	return nil
-}
-
-// skCatch runs f and returns what it panicked with, if it did.
-func skCatch(f func()) (v any, panicked bool) {
-	panicked = true
-	defer func() {
-		if panicked {
-			v = recover()
-		}
-	}()
-	f()
-	panicked = false
-	return nil, false
-}
-
 // panicSeen checks a panic that a call into the pool raised: it must be one
-// the test injected, from user code that the call runs (a lease runs the
-// factory and the Preparer; Release runs Reset; Clear, the factory). Any
-// other panic is the pool's own, or reached the wrong caller.
-func (s *skRun) panicSeen(v any, sites ...string) {
-	p, ok := panicValue(v).(skPanic)
-	if !ok || !slices.Contains(sites, p.site) {
-		s.violate("unexpected panic %#v (want an injected one from %v)", v, sites)
+// the harness injected, from user code that the call runs (a lease runs
+// the factory and the Preparer; Release runs Reset; Clear, the factory).
+// Any other panic is the pool's own, or reached the wrong caller.
+func (s *skRun) panicSeen(v any, hooks ...faultHook) {
+	p, ok := panicValue(v).(injectedFault)
+	if !ok || p.kind != faultPanic || !slices.Contains(hooks, p.hook) {
+		s.violate("unexpected panic %#v (want an injected one from %v)", v, hooks)
 		return
 	}
-	switch p.site {
-	case "factory":
-		s.c.seenFactory.Add(1)
-	case "prepare":
-		s.c.seenPrepare.Add(1)
-	case "reset":
-		s.c.seenReset.Add(1)
-	}
+	s.c.seen[p.hook].Add(1)
 }
 
 // release ends l with Release; a panic of Reset's must come out of it.
-func (s *skRun) release(l Lease[*skItem]) {
-	if v, panicked := skCatch(l.Release); panicked {
-		s.panicSeen(v, "reset")
+func (s *skRun) release(l Lease[*faultItem]) {
+	if v, panicked := catchPanic(l.Release); panicked {
+		s.panicSeen(v, onReset)
 	}
 }
 
 // discard ends l with Discard, which runs no user code that panics.
-func (s *skRun) discard(l Lease[*skItem]) {
-	if v, panicked := skCatch(l.Discard); panicked {
+func (s *skRun) discard(l Lease[*faultItem]) {
+	if v, panicked := catchPanic(l.Discard); panicked {
 		s.panicSeen(v)
 	}
 }
 
 // skValue returns l.Value(), and false if it panicked.
-func skValue(l Lease[*skItem]) (it *skItem, ok bool) {
-	_, panicked := skCatch(func() { it = l.Value() })
+func skValue(l Lease[*faultItem]) (it *faultItem, ok bool) {
+	_, panicked := catchPanic(func() { it = l.Value() })
 	return it, !panicked
 }
 
 // checkEnded checks that Value refuses an ended lease, with a message that
 // names the mistake.
-func (s *skRun) checkEnded(l Lease[*skItem]) {
+func (s *skRun) checkEnded(l Lease[*faultItem]) {
 	s.c.valueChecks.Add(1)
-	v, panicked := skCatch(func() { _ = l.Value() })
+	v, panicked := catchPanic(func() { _ = l.Value() })
 	if !panicked {
 		s.violate("Value of an ended lease returned instead of panicking")
 		return
@@ -536,12 +330,12 @@ func skHold(r *rand.Rand) {
 // another goroutine, whose handle of the same item is then here.
 type skStale struct {
 	mu sync.Mutex
-	ls [skWorkers]Lease[*skItem]
+	ls [skWorkers]Lease[*faultItem]
 	n  int
 }
 
 // add keeps l, which the caller has ended.
-func (k *skStale) add(l Lease[*skItem]) {
+func (k *skStale) add(l Lease[*faultItem]) {
 	k.mu.Lock()
 	k.ls[k.n%len(k.ls)] = l
 	k.n++
@@ -551,12 +345,12 @@ func (k *skStale) add(l Lease[*skItem]) {
 // pick returns a kept handle, or false when none is kept yet. Half the time
 // it prefers one of held's item, if it keeps one: then a stale handle that
 // wrongly ended the lease held now shows directly.
-func (k *skStale) pick(r *rand.Rand, held Lease[*skItem]) (Lease[*skItem], bool) {
+func (k *skStale) pick(r *rand.Rand, held Lease[*faultItem]) (Lease[*faultItem], bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	kept := min(k.n, len(k.ls))
 	if kept == 0 {
-		return Lease[*skItem]{}, false
+		return Lease[*faultItem]{}, false
 	}
 	if r.IntN(2) == 0 {
 		for _, l := range k.ls[:kept] {
@@ -594,13 +388,13 @@ func (s *skRun) worker(i int, r *rand.Rand) {
 // sorts the outcome the way Stats and pool.lease.errors do: a timeout;
 // ErrClosed; an error that is the caller's ctx's own (canceled); ErrExhausted;
 // an injected failure. ok reports a lease; closed, ErrClosed.
-func (s *skRun) lease(r *rand.Rand) (l Lease[*skItem], ok, closed bool) {
+func (s *skRun) lease(r *rand.Rand) (l Lease[*faultItem], ok, closed bool) {
 	ctx, cancel := skLeaseCtx(r)
 	defer cancel()
 	try := r.IntN(8) == 0
 	late := s.closeReturned.Load()
 	var err error
-	if v, panicked := skCatch(func() {
+	if v, panicked := catchPanic(func() {
 		if try {
 			l, err = s.p.TryLease(ctx)
 		} else {
@@ -608,7 +402,7 @@ func (s *skRun) lease(r *rand.Rand) (l Lease[*skItem], ok, closed bool) {
 		}
 	}); panicked {
 		s.c.leasePanics.Add(1)
-		s.panicSeen(v, "factory", "prepare")
+		s.panicSeen(v, onCreate, onIsReady, onPrepare)
 		return l, false, false
 	}
 	switch {
@@ -633,9 +427,9 @@ func (s *skRun) lease(r *rand.Rand) (l Lease[*skItem], ok, closed bool) {
 		if !try {
 			s.violate("Lease (not TryLease) returned %v", err)
 		}
-	case errors.Is(err, skErrCreate):
+	case errors.Is(err, injectedFault{onCreate, faultFail}):
 		s.c.createFailed.Add(1)
-	case errors.Is(err, skErrPrepare):
+	case errors.Is(err, injectedFault{onIsReady, faultFail}), errors.Is(err, injectedFault{onPrepare, faultFail}):
 		s.c.prepareFailed.Add(1)
 	default:
 		s.violate("unexpected lease error: %v", err)
@@ -643,33 +437,26 @@ func (s *skRun) lease(r *rand.Rand) (l Lease[*skItem], ok, closed bool) {
 	return l, false, false
 }
 
-// use marks l's item in use (a second holder is a violation), holds it
-// briefly, and ends the lease one of the ways a caller can: Release (40 %),
-// Discard (10 %), Detach (5 %), twice (12 %), with a stale handle ended
-// first (10 %), by the courier (8 %), or by two copies at once (15 %). When
-// the worker ended it, l joins the stale handles.
-func (s *skRun) use(r *rand.Rand, l Lease[*skItem]) {
-	it, ok := skValue(l)
+// use takes l's item (the harness reports a lease ended under it, a second
+// holder, and an item that no longer exists), holds it briefly, and ends
+// the lease one of the ways a caller can: Release (40 %), Discard (10 %),
+// Detach (5 %), twice (12 %), with a stale handle ended first (10 %), by
+// the courier (8 %), or by two copies at once (15 %). When the worker
+// ended it, l joins the stale handles.
+func (s *skRun) use(r *rand.Rand, l Lease[*faultItem]) {
+	it, ok := s.f.take(l)
 	if !ok {
-		s.violate("a lease ended before its holder used it")
 		return
 	}
-	if !it.inUse.CompareAndSwap(false, true) {
-		s.violate("item %d leased while another lease holder uses it", it.id)
-	}
-	if st := it.state.Load(); st != skAlive {
-		s.violate("leased item %d is %s", it.id, skStateName(st))
-	}
-	it.leases.Add(1)
 	skHold(r)
 	switch k := r.IntN(100); {
 	case k < 40:
 		s.c.release.Add(1)
-		it.inUse.Store(false)
+		s.f.unhold(it)
 		s.release(l)
 	case k < 50:
 		s.c.discard.Add(1)
-		it.inUse.Store(false)
+		s.f.unhold(it)
 		s.discard(l)
 	case k < 55:
 		s.detach(r, l, it)
@@ -681,7 +468,7 @@ func (s *skRun) use(r *rand.Rand, l Lease[*skItem]) {
 			break
 		}
 		s.c.release.Add(1)
-		it.inUse.Store(false)
+		s.f.unhold(it)
 		s.release(l)
 	case k < 85:
 		if s.handOff(l, it) {
@@ -697,34 +484,29 @@ func (s *skRun) use(r *rand.Rand, l Lease[*skItem]) {
 }
 
 // detach takes the item out with Detach and disposes of it as its new owner.
-// From then on the pool must not touch it (the hooks check its state).
-func (s *skRun) detach(r *rand.Rand, l Lease[*skItem], it *skItem) {
+// From then on the pool must not touch it (the harness checks its state).
+func (s *skRun) detach(r *rand.Rand, l Lease[*faultItem], it *faultItem) {
 	s.c.detach.Add(1)
-	it.inUse.Store(false)
-	s.live.Add(-1) // before Detach frees the permit: see live
-	var got *skItem
-	if v, panicked := skCatch(func() { got = l.Detach() }); panicked {
+	s.f.unhold(it)
+	s.f.detaching(it) // before Detach frees the permit
+	var got *faultItem
+	if v, panicked := catchPanic(func() { got = l.Detach() }); panicked {
 		s.violate("Detach of a held lease panicked: %v", v)
 		return
 	}
 	if got != it {
 		s.violate("Detach returned item %p, the lease held item %d", got, it.id)
 	}
-	if !it.state.CompareAndSwap(skAlive, skDetached) {
-		s.violate("detached item %d was %s", it.id, skStateName(it.state.Load()))
-	}
 	skHold(r)
-	if !it.state.CompareAndSwap(skDetached, skDisposed) {
-		s.violate("detached item %d became %s before its owner disposed of it", it.id, skStateName(it.state.Load()))
-	}
+	s.f.disposed(it)
 }
 
 // endTwice releases l, then ends it again through l or a copy, with Release
 // or Discard: the second call must do nothing (reset and destroy catch a
 // lease ended twice).
-func (s *skRun) endTwice(r *rand.Rand, l Lease[*skItem], it *skItem) {
+func (s *skRun) endTwice(r *rand.Rand, l Lease[*faultItem], it *faultItem) {
 	s.c.doubleRelease.Add(1)
-	it.inUse.Store(false)
+	s.f.unhold(it)
 	s.release(l)
 	cp := l
 	switch r.IntN(3) {
@@ -741,7 +523,7 @@ func (s *skRun) endTwice(r *rand.Rand, l Lease[*skItem], it *skItem) {
 // with Release, Discard or Detach. All must do nothing (Detach panics), and
 // l must still be valid, which checks it directly when stale was a handle of
 // the same item; otherwise reset and destroy catch an item ended twice.
-func (s *skRun) endStaleFirst(r *rand.Rand, l Lease[*skItem], it *skItem, stale Lease[*skItem]) {
+func (s *skRun) endStaleFirst(r *rand.Rand, l Lease[*faultItem], it *faultItem, stale Lease[*faultItem]) {
 	s.c.staleRelease.Add(1)
 	if stale.e == l.e {
 		s.c.staleOnHeld.Add(1)
@@ -750,7 +532,7 @@ func (s *skRun) endStaleFirst(r *rand.Rand, l Lease[*skItem], it *skItem, stale 
 	case 0:
 		s.discard(stale)
 	case 1:
-		if v, panicked := skCatch(func() { stale.Detach() }); !panicked {
+		if v, panicked := catchPanic(func() { stale.Detach() }); !panicked {
 			s.violate("Detach of a stale handle returned %v instead of panicking", v)
 		}
 	default:
@@ -762,20 +544,20 @@ func (s *skRun) endStaleFirst(r *rand.Rand, l Lease[*skItem], it *skItem, stale 
 	if !it.inUse.Load() {
 		s.violate("item %d, held, lost its in-use mark as a stale handle ended", it.id)
 	}
-	it.inUse.Store(false)
+	s.f.unhold(it)
 	s.release(l)
 }
 
 // handOff leaves l to the courier, which ends it later, and reports true; or,
 // when the courier is busy, releases it and reports false.
-func (s *skRun) handOff(l Lease[*skItem], it *skItem) bool {
+func (s *skRun) handOff(l Lease[*faultItem], it *faultItem) bool {
 	select {
 	case s.handoffs <- skHandoff{l, it}:
 		s.c.handoff.Add(1)
 		return true
 	default:
 		s.c.release.Add(1)
-		it.inUse.Store(false)
+		s.f.unhold(it)
 		s.release(l)
 		return false
 	}
@@ -783,9 +565,9 @@ func (s *skRun) handOff(l Lease[*skItem], it *skItem) bool {
 
 // endRacing ends l from two goroutines at once, each with Release or
 // Discard on its own copy: exactly one call must take effect.
-func (s *skRun) endRacing(r *rand.Rand, l Lease[*skItem], it *skItem) {
+func (s *skRun) endRacing(r *rand.Rand, l Lease[*faultItem], it *faultItem) {
 	s.c.racingEnds.Add(1)
-	it.inUse.Store(false)
+	s.f.unhold(it)
 	cp := l
 	theirs, mine := r.IntN(4) == 0, r.IntN(4) == 0 // true: Discard
 	var wg sync.WaitGroup
@@ -813,7 +595,7 @@ func (s *skRun) courier(r *rand.Rand) {
 			s.violate("a lease left to the courier ended before the courier ended it (item %d)", h.it.id)
 		}
 		skHold(r)
-		h.it.inUse.Store(false)
+		s.f.unhold(h.it)
 		if r.IntN(5) == 0 {
 			s.discard(h.l)
 		} else {
@@ -833,8 +615,8 @@ func (s *skRun) clearer(r *rand.Rand) {
 		default:
 		}
 		time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
-		if v, panicked := skCatch(s.p.Clear); panicked {
-			s.panicSeen(v, "factory")
+		if v, panicked := catchPanic(s.p.Clear); panicked {
+			s.panicSeen(v, onCreate)
 		}
 		s.c.clears.Add(1)
 		s.observe(s.p.Stats())
@@ -893,15 +675,15 @@ func (s *skRun) observe(st Stats) {
 	skMax(&s.c.maxQueued, int64(st.QueuedLeases))
 }
 
-// check runs checkInvariants against the test's own count of the items in
-// existence. After skMaxReports failures it stops: the test has failed, and
+// check runs checkInvariants against the harness's own count of the items
+// in existence. After skMaxReports failures it stops: the test has failed, and
 // the log should stay readable.
 func (s *skRun) check() {
 	if s.invFailures.Load() >= skMaxReports {
 		return
 	}
 	s.c.checks.Add(1)
-	if !s.sizes.check(s.t, s.live.Load) {
+	if !s.sizes.check(s.t, s.f.live.Load) {
 		s.invFailures.Add(1)
 	}
 }
@@ -931,7 +713,7 @@ func (s *skRun) checkStopErr(what string, err error) {
 	if err == nil {
 		return
 	}
-	assert.ErrorIs(s.t, err, skErrDestroy, "%s", what)
+	assert.ErrorIs(s.t, err, injectedFault{onDestroy, faultFail}, "%s", what)
 	assert.NotErrorIs(s.t, err, context.DeadlineExceeded, "%s did not finish within %v", what, testWait)
 }
 
@@ -1015,54 +797,59 @@ func (s *skRun) verify() {
 	assert.Zero(t, st.QueuedLeases, "QueuedLeases at rest")
 	assert.Equal(t, st.Created, st.Destroyed+st.Detached+uint64(st.ItemsAllocated),
 		"at rest Created == Destroyed + Detached + ItemsAllocated: %+v", st)
-	assert.Zero(t, s.live.Load(), "items in existence by the factory's count")
-	assert.LessOrEqual(t, s.c.peakLive.Load(), int64(skMaxSize), "most items in existence at once")
+	f := s.f
+	assert.Zero(t, f.live.Load(), "items in existence by the factory's count")
+	assert.LessOrEqual(t, f.peak.Load(), int64(skMaxSize), "most items in existence at once")
 
-	var destroyed, disposed, lost int
-	s.mu.Lock()
-	for _, it := range s.items {
-		switch it.state.Load() {
-		case skDestroyed:
-			destroyed++
-		case skDisposed:
-			disposed++
-		default:
-			if lost++; lost <= skMaxReports {
-				t.Errorf("item %d is %s at rest", it.id, skStateName(it.state.Load()))
-			}
-		}
-	}
-	made := len(s.items)
-	s.mu.Unlock()
+	lost := f.checkNoneLeft(t)
+	n := f.census()
+	made := n[itemAlive] + n[itemDestroyed] + n[itemDetached] + n[itemDisposed]
 	assert.Zero(t, lost, "items neither destroyed nor detached")
 	assert.EqualValues(t, made, st.Created, "Stats.Created against the factory's items")
-	assert.EqualValues(t, destroyed, st.Destroyed, "Stats.Destroyed against the items destroyed")
-	assert.EqualValues(t, s.c.destroyed.Load(), st.Destroyed, "Stats.Destroyed against Destroy's calls")
-	assert.EqualValues(t, disposed, st.Detached, "Stats.Detached against the items the test disposed of")
+	assert.EqualValues(t, n[itemDestroyed], st.Destroyed, "Stats.Destroyed against the items destroyed")
+	assert.EqualValues(t, f.destroyed.Load(), st.Destroyed, "Stats.Destroyed against Destroy's calls")
+	assert.EqualValues(t, n[itemDisposed], st.Detached, "Stats.Detached against the items the test disposed of")
 	assert.EqualValues(t, s.c.detach.Load(), st.Detached, "Stats.Detached against the workers' Detach calls")
 
 	assert.EqualValues(t, s.c.leaseOK.Load(), st.Leases, "Stats.Leases against the leases that succeeded")
 	assert.EqualValues(t, s.c.timeouts.Load(), st.Timeouts, "Stats.Timeouts against the ErrLeaseTimeouts seen")
 	assert.EqualValues(t, s.c.canceled.Load(), st.Canceled, "Stats.Canceled against the ctx errors seen")
-	assert.EqualValues(t, s.c.prepareErrs.Load(), st.PrepareFailed, "Stats.PrepareFailed against the Preparer's errors")
+	assert.EqualValues(t, s.prepareErrs(), st.PrepareFailed, "Stats.PrepareFailed against the Preparer's errors")
 	assert.GreaterOrEqual(t, st.Waits, st.Timeouts, "every timeout waited")
 	assert.Zero(t, st.Leaked, "leaked leases")
 
 	// A panic in the Preparer or Reset always has a caller to reach, but in
 	// the upkeep's checks; one in the factory has none when the lease that
 	// started it gave up, or in the upkeep.
-	assert.Equal(t, s.c.preparePanics.Load()-s.c.upkeepPreparePanics.Load(), s.c.seenPrepare.Load(), "Preparer panics that reached a Lease")
+	assert.Equal(t, s.preparePanics()-s.c.upkeepPreparePanics.Load(), s.c.seen[onIsReady].Load()+s.c.seen[onPrepare].Load(),
+		"Preparer panics that reached a Lease")
 	assert.Equal(t, st.MaxSize, skMaxSize, "MaxSize restored")
 	if s.cfg.upkeep == 0 {
 		assert.Zero(t, s.c.upkeepPrepare.Load(), "checks without a lease, with no upkeep")
 	}
-	assert.Equal(t, s.c.resetPanics.Load(), s.c.seenReset.Load(), "Reset panics that reached a Release")
-	assert.LessOrEqual(t, s.c.seenFactory.Load(), s.c.factoryPanics.Load(), "factory panics seen, against injected")
+	assert.Equal(t, f.injected(onReset, faultPanic), s.c.seen[onReset].Load(), "Reset panics that reached a Release")
+	assert.LessOrEqual(t, s.c.seen[onCreate].Load(), f.injected(onCreate, faultPanic), "factory panics seen, against injected")
 
 	if s.reader != nil {
 		s.verifyMetrics(st)
 	}
-	assert.Zero(t, s.violations.Load(), "violations seen under load")
+	assert.Zero(t, f.violations.Load(), "violations seen under load")
+}
+
+// prepareFaults counts the failures injected into the Preparer.
+func (s *skRun) prepareFaults() int64 {
+	return s.f.injected(onIsReady, faultFail) + s.f.injected(onPrepare, faultFail)
+}
+
+// prepareErrs counts every error IsReady or Prepare returned: the injected
+// failures, and the ctx errors of the checks whose ctx had ended.
+func (s *skRun) prepareErrs() int64 {
+	return s.prepareFaults() + s.f.ctxErrs[onIsReady].Load() + s.f.ctxErrs[onPrepare].Load()
+}
+
+// preparePanics counts the panics injected into the Preparer.
+func (s *skRun) preparePanics() int64 {
+	return s.f.injected(onIsReady, faultPanic) + s.f.injected(onPrepare, faultPanic)
 }
 
 // skCounter sums the int64 counter name over its points, in total and by
@@ -1124,7 +911,7 @@ func (s *skRun) verifyMetrics(st Stats) {
 
 // report is the half's figures, for the log.
 func (s *skRun) report(wall time.Duration) string {
-	c, st := &s.c, s.p.Stats()
+	c, f, st := &s.c, s.f, s.p.Stats()
 	lt := "off"
 	if s.cfg.leaseTimeout > 0 {
 		lt = s.cfg.leaseTimeout.String()
@@ -1146,14 +933,14 @@ func (s *skRun) report(wall time.Duration) string {
 		c.release.Load(), c.discard.Load(), c.detach.Load(), c.doubleRelease.Load(), c.staleRelease.Load(),
 		c.staleOnHeld.Load(), c.handoff.Load(), c.racingEnds.Load(), c.valueChecks.Load())
 	fmt.Fprintf(&b, "  clears %d, Stats reads %d, invariant checks %d, max queued %d, peak live %d, calm phases %d; waits %d, wait time %v\n",
-		c.clears.Load(), c.statsReads.Load(), c.checks.Load(), c.maxQueued.Load(), c.peakLive.Load(), c.calmPhases.Load(), st.Waits, st.WaitTime.Round(time.Millisecond))
+		c.clears.Load(), c.statsReads.Load(), c.checks.Load(), c.maxQueued.Load(), f.peak.Load(), c.calmPhases.Load(), st.Waits, st.WaitTime.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  items: created %d, destroyed %d (idle expired %d, lifetime expired %d, prepare failed %d), detached %d\n",
-		c.created.Load(), st.Destroyed, st.IdleExpired, st.LifetimeExpired, st.PrepareFailed, st.Detached)
+		f.created.Load(), st.Destroyed, st.IdleExpired, st.LifetimeExpired, st.PrepareFailed, st.Detached)
 	fmt.Fprintf(&b, "  faults: factory fail %d, factory panic %d (%d reached a caller), slow dials %d (%d abandoned at Close), prepare errors %d (%d injected, %d ctx), prepare panic %d (%d reached), reset fail %d, reset panic %d (%d reached), destroy errors %d\n",
-		c.factoryFails.Load(), c.factoryPanics.Load(), c.seenFactory.Load(), c.slowCreates.Load(), c.createAborted.Load(),
-		c.prepareErrs.Load(), c.prepareFaults.Load(), c.prepareCtx.Load(), c.preparePanics.Load(), c.seenPrepare.Load(),
-		c.resetFails.Load(), c.resetPanics.Load(), c.seenReset.Load(), c.destroyErrs.Load())
-	fmt.Fprintf(&b, "  violations %d, failed invariant checks %d", s.violations.Load(), s.invFailures.Load())
+		f.injected(onCreate, faultFail), f.injected(onCreate, faultPanic), c.seen[onCreate].Load(), f.slowed[onCreate].Load(), f.gaveUp[onCreate].Load(),
+		s.prepareErrs(), s.prepareFaults(), s.prepareErrs()-s.prepareFaults(), s.preparePanics(), c.seen[onIsReady].Load()+c.seen[onPrepare].Load(),
+		f.injected(onReset, faultFail), f.injected(onReset, faultPanic), c.seen[onReset].Load(), f.injected(onDestroy, faultFail))
+	fmt.Fprintf(&b, "  violations %d, failed invariant checks %d", f.violations.Load(), s.invFailures.Load())
 	return b.String()
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,8 +311,8 @@ func waitQueued[T any](t testing.TB, p *Pool[T], n int) {
 		testWait, time.Millisecond, "want %d queued leases", n)
 }
 
-// lcRecv receives one value from ch or fails the test.
-func lcRecv[V any](t *testing.T, ch <-chan V, what string) V {
+// recvOrFail receives one value from ch, or fails the test after testWait.
+func recvOrFail[V any](t *testing.T, ch <-chan V, what string) V {
 	t.Helper()
 	select {
 	case v := <-ch:
@@ -321,13 +322,6 @@ func lcRecv[V any](t *testing.T, ch <-chan V, what string) V {
 		var zero V
 		return zero
 	}
-}
-
-// lcRecover is catchPanic without its second result, for fuzz_test.go,
-// which still calls it; the other tests call catchPanic.
-func lcRecover(f func()) any {
-	v, _ := catchPanic(f)
-	return v
 }
 
 // setFakeClock installs a fake clock; call it right after New.
@@ -429,7 +423,7 @@ func onOwnGoroutine(t *testing.T, f func()) {
 		defer close(done)
 		f()
 	}()
-	lcRecv(t, done, "the goroutine to end")
+	recvOrFail(t, done, "the goroutine to end")
 }
 
 // putIdle puts n fresh items idle in p, leasing them all and releasing them.
@@ -469,4 +463,36 @@ func (c *endingCtx) Err() error {
 		return nil
 	}
 	return context.Canceled
+}
+
+// catchPanicStack is catchPanic that also returns, when f panicked, the
+// stack where it did, for a report: catchPanic recovers only after the
+// panicking frames are gone.
+func catchPanicStack(f func()) (v any, stack []byte, panicked bool) {
+	v, panicked = catchPanic(func() {
+		returned := false
+		defer func() {
+			if !returned {
+				stack = debug.Stack() // still on top of the panicking frames
+			}
+		}()
+		f()
+		returned = true
+	})
+	return v, stack, panicked
+}
+
+// catchGoexit calls f on a goroutine of its own, waits for it, and reports
+// whether f called runtime.Goexit, which ends only that goroutine. f must
+// not panic: wrap it in catchPanic.
+func catchGoexit(f func()) (goexited bool) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		goexited = true
+		f()
+		goexited = false
+	}()
+	<-done
+	return goexited
 }

@@ -99,7 +99,7 @@ func TestUpkeepNeverLendsAnItemMidCheck(t *testing.T) {
 	}, nil)
 	roundDone := make(chan bool)
 	go func() { roundDone <- p.upkeepRound() }()
-	lcRecv(t, inCheck, "the upkeep's check")
+	recvOrFail(t, inCheck, "the upkeep's check")
 
 	// The only item is under check: a lease must wait for it.
 	_, err := p.TryLease(context.Background())
@@ -108,7 +108,7 @@ func TestUpkeepNeverLendsAnItemMidCheck(t *testing.T) {
 	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 }, testWait, time.Millisecond)
 	prep.set(nil, nil)
 	close(finish)
-	assert.True(t, lcRecv(t, roundDone, "the round"))
+	assert.True(t, recvOrFail(t, roundDone, "the round"))
 	o := awaitLease(t, got)
 	require.NoError(t, o.err)
 	assert.Same(t, item, o.l.Value(), "the lease got the item once its check passed")
