@@ -78,7 +78,8 @@
 // its creation, plus a random share of Options.MaxLifetimeJitter drawn at
 // creation) is destroyed: on release (lifetime only), by a lease that meets
 // it, by the sweep that leases and releases run, and by the upkeep (see
-// Upkeep). Without either limit nothing expires.
+// Upkeep). Without either limit nothing expires, and a lifetime too long
+// for the clock to reach (a MaxLifetime of math.MaxInt64) never ends.
 //
 // Destroyed. Options.Destroy disposes of an item; when it is nil, an item
 // that is an [io.Closer] is closed and any other is dropped. An item counts
@@ -97,8 +98,8 @@
 // [ErrClosed], cancels the creations under way, destroys the idle items now
 // and the leased ones as they come back, and returns the joined errors of
 // the destroys it ran. [Pool.Shutdown] closes the pool, then waits until
-// every lease has ended and every creation has finished, or until its ctx
-// ends.
+// every lease has ended, every creation has finished and the upkeep has
+// stopped, or until its ctx ends.
 //
 // # Leases and their rules
 //
@@ -191,7 +192,11 @@
 // Close or Clear, raised once the other items are destroyed) carries in its
 // message the stack where it happened, and unwraps to the original value
 // when that was an error. A callback that calls [runtime.Goexit] loses no
-// place in the pool and leaves no item undestroyed.
+// place in the pool and leaves no item undestroyed, on any path: a lease, a
+// release that sweeps expired items, Close or Clear, the upkeep (which goes
+// on) or an abandoned creation. A panic in the Logger's handler is dropped:
+// it never crashes the program from the pool's own goroutines, and never
+// leaves a release or the upkeep half-done.
 //
 // # Stats
 //
@@ -344,7 +349,10 @@
 //
 // Options.UpkeepInterval (0: off) starts one goroutine per pool, stopped by
 // Close before Close returns, that runs a round every UpkeepInterval, spread
-// by up to ±10 % so that many pools do not tick in step. A round
+// by up to ±10 % so that many pools do not tick in step. Rounds start an
+// interval apart, measured from the start of the previous round: a round
+// that runs long delays the next only when it outlasts the interval, and
+// then the next starts at once. A round
 //
 //   - destroys the idle items past IdleTimeout or their lifetime, without
 //     waiting for a lease;
@@ -359,6 +367,18 @@
 // An item being checked or created counts against MaxSize, and no lease
 // receives it meanwhile. Nothing of the upkeep runs on the lease and release
 // paths.
+//
+// The upkeep's checks and creations get a context that Close cancels. Close
+// cancels it first, then waits for the callbacks already running, and for
+// no longer than they run: after Close returns, no callback of the upkeep
+// runs or starts (a factory or Preparer that ignores its ctx delays Close
+// until it returns, or until CreateTimeout or PreparationTimeout).
+// Shutdown's ctx bounds that wait, as it bounds the wait for leases. Close,
+// Clear or SetMaxSize called from inside a callback the upkeep runs (its
+// Preparer, factory or Destroy) returns; after Close, the upkeep stops once
+// that callback returns. Shutdown called from there waits for the item that
+// callback holds, so only its ctx ends it. A callback that panics or calls
+// runtime.Goexit leaves the upkeep running.
 //
 // With the upkeep on, MinSize is a floor kept over time: the sweeps (lazy or
 // the upkeep's), and a lease that meets such an item, leave an item that

@@ -93,8 +93,12 @@ func asError(v any) error {
 }
 
 // warn logs, through Options.Logger, an error that has no caller to go to.
+// A Logger whose handler panics is not the pool's caller's problem either:
+// the panic is dropped, so that it neither crashes the program from the
+// pool's own goroutines nor stops a release or the upkeep half-way.
 func (p *Pool[T]) warn(msg string, err error) {
 	if l := p.opts.Logger; l != nil {
+		defer func() { _ = recover() }()
 		l.LogAttrs(context.Background(), slog.LevelWarn, "pool: "+msg,
 			slog.String("pool.name", p.opts.Name), slog.Any("err", err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -274,5 +275,41 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		points := mtCollect(t, reader).mtCounter(t, "pool.items.destroy_errors", "{error}")
 		attrs := mtAttrs("edpool")
 		assert.EqualValues(t, 1, points[attrs.Equivalent()], "the counter instrument")
+	})
+}
+
+// A Logger whose handler panics on the pool's own goroutines (the upkeep,
+// a creation its caller gave up on) never crashes the program (doc.go,
+// "Errors"), and the work goes on: the upkeep keeps retrying, the abandoned
+// creation's room comes back.
+func TestLoggerPanicOnThePoolsGoroutinesIsDropped(t *testing.T) {
+	t.Run("upkeep", func(t *testing.T) {
+		h := &panicHandler{}
+		tr := &tracker{}
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 1, MaxSize: 2,
+			UpkeepInterval: time.Millisecond, Logger: slog.New(h), Destroy: tr.destroy})
+		require.NoError(t, err)
+		defer p.Close()
+		tr.setFail(errBoom)
+		mustLease(t, p).Discard() // the upkeep's creations fail, and their log records panic
+		require.Eventually(t, func() bool { return h.calls.Load() >= 3 }, testWait, time.Millisecond,
+			"the upkeep went on logging failed creations")
+		tr.setFail(nil)
+		require.Eventually(t, func() bool { return p.Stats().ItemsAllocated == 1 }, testWait, time.Millisecond,
+			"and refilled MinSize once the factory worked")
+	})
+	t.Run("abandoned creation", func(t *testing.T) {
+		h := &panicHandler{}
+		tr := &tracker{block: make(chan struct{}), fail: errBoom}
+		p, err := New[*conn](context.Background(), tr, Options[*conn]{MaxSize: 1, Logger: slog.New(h)})
+		require.NoError(t, err)
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		_, err = p.Lease(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the caller gave up on the creation")
+		close(tr.block) // the creation fails, with nobody to tell but the Logger
+		require.Eventually(t, func() bool { return h.calls.Load() > 0 && p.Stats().ActiveLeases == 0 },
+			testWait, time.Millisecond, "the failure was logged and its room came back")
 	})
 }

@@ -78,16 +78,26 @@ func sweepPeriod(idleTimeout, maxLifetime time.Duration) int64 {
 
 // deadline returns the pool clock past which an item created at now has
 // outlived its lifetime: MaxLifetime plus its share of MaxLifetimeJitter,
-// drawn once, here.
+// drawn once, here. The sum saturates: a lifetime too long for the clock to
+// reach (MaxLifetime math.MaxInt64, say) never expires.
 func (p *Pool[T]) deadline(now int64) int64 {
 	if p.opts.MaxLifetime == 0 {
 		return math.MaxInt64
 	}
-	d := now + int64(p.opts.MaxLifetime)
+	life := int64(p.opts.MaxLifetime)
 	if j := int64(p.opts.MaxLifetimeJitter); j > 0 {
-		d += rand.Int64N(j)
+		life = addSaturating(life, rand.Int64N(j))
 	}
-	return d
+	return addSaturating(now, life)
+}
+
+// addSaturating returns a + b for b >= 0, or math.MaxInt64 where the sum
+// would overflow.
+func addSaturating(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // sweep destroys the idle items that have expired, if a sweep is due at

@@ -1,9 +1,13 @@
 package pool
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,4 +290,82 @@ func TestUpkeepLeaseKeepsMinSizeThroughIdleExpiry(t *testing.T) {
 	assert.Zero(t, s.IdleExpired, "no item destroyed for idling at MinSize")
 	assert.EqualValues(t, 2, tr.created.Load(), "the lease used a seeded item")
 	assert.Equal(t, 2, s.ItemsAllocated)
+}
+
+// A Release that runs the sweep for expiry gives its own item back whatever
+// the sweep's Destroy calls do (doc.go, "Waiting and errors"): here the Destroy of an
+// expired item calls runtime.Goexit, or fails and the Logger's handler
+// panics as the sweep logs it.
+func TestReleaseThatSweepsLosesNoItem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(tr *tracker, o *Options[*conn])
+	}{
+		{"Goexit in Destroy", func(tr *tracker, o *Options[*conn]) { o.Destroy = goexitOnce(tr) }},
+		{"Logger panics on a failed Destroy", func(tr *tracker, o *Options[*conn]) {
+			var failed atomic.Bool
+			o.Destroy = func(c *conn) error {
+				err := tr.destroy(c)
+				if failed.CompareAndSwap(false, true) {
+					return errBoom
+				}
+				return err
+			}
+			o.Logger = slog.New(&panicHandler{})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &tracker{}
+			opts := Options[*conn]{MaxSize: 3, IdleTimeout: time.Minute}
+			tc.opts(tr, &opts)
+			p, err := New[*conn](context.Background(), tr, opts)
+			require.NoError(t, err)
+			clk := setFakeClock(p)
+			a, b, c := mustLease(t, p), mustLease(t, p), mustLease(t, p)
+			a.Release()
+			b.Release()
+			clk.advance(int64(2 * time.Minute)) // a and b expire, and a sweep is due
+
+			onOwnGoroutine(t, c.Release) // c's release sweeps: it destroys a and b
+			s := p.Stats()
+			assert.Zero(t, s.ActiveLeases, "c came back: %+v", s)
+			assert.Equal(t, 1, s.ItemsAvailable, "c is idle: %+v", s)
+			assert.EqualValues(t, 2, s.IdleExpired, "a and b were destroyed")
+			var held []Lease[*conn]
+			for range 3 {
+				l, err := p.TryLease(context.Background())
+				require.NoError(t, err, "the whole of MaxSize can be leased")
+				held = append(held, l)
+			}
+			for _, l := range held {
+				l.Release()
+			}
+			_ = p.Close()
+			assert.Zero(t, tr.live.Load(), "Close destroyed every item")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			assert.NoError(t, p.Shutdown(ctx), "Shutdown finds the pool drained")
+		})
+	}
+}
+
+// MaxLifetime plus its jitter never overflows the pool's clock (doc.go,
+// "Lifecycle of an item"): a lifetime of math.MaxInt64 means items never expire of old
+// age, even on a clock that has run for a while.
+func TestMaxLifetimeNearTheTopOfDurationNeverExpires(t *testing.T) {
+	for _, opts := range []Options[*conn]{
+		{MaxLifetime: math.MaxInt64},
+		{MaxLifetime: math.MaxInt64 - 1, MaxLifetimeJitter: time.Hour},
+	} {
+		p, _ := newTracked(t, opts)
+		clk := setFakeClock(p)
+		clk.advance(int64(time.Hour))
+		l := mustLease(t, p)
+		item := l.Value()
+		l.Release()
+		l = mustLease(t, p)
+		assert.Same(t, item, l.Value(), "the released item was lent again")
+		l.Release()
+		assert.Zero(t, p.Stats().LifetimeExpired)
+	}
 }

@@ -3,10 +3,10 @@ package pool
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -70,7 +70,8 @@ type Options[T any] struct {
 
 	// MaxLifetime: an item older than this (counted from the end of its
 	// creation) is destroyed on release, or while idle as IdleTimeout
-	// describes. 0: never.
+	// describes. 0, or a lifetime too long for the clock to reach
+	// (math.MaxInt64): never.
 	MaxLifetime time.Duration
 
 	// MaxLifetimeJitter spreads lifetimes: each item lives MaxLifetime plus
@@ -127,8 +128,9 @@ type Options[T any] struct {
 	TrackLeaseSites bool
 
 	// UpkeepInterval runs the pool's upkeep this often (spread by up to
-	// ±10 %, so that many pools do not tick in step), on one goroutine that
-	// Close stops. A round destroys the idle items past IdleTimeout or their
+	// ±10 %, so that many pools do not tick in step; measured from the start
+	// of the previous round), on one goroutine that Close stops, canceling
+	// the upkeep's checks and creations. A round destroys the idle items past IdleTimeout or their
 	// lifetime; with a Preparer and CheckAfterIdle, checks the idle items
 	// that sat idle that long, so a dead connection is found before a lease
 	// meets it; and creates items until MinSize exist, never past MaxSize
@@ -318,8 +320,11 @@ func setJSON[V any](dst *V, want string, raw json.RawMessage) error {
 	return nil
 }
 
-// setDuration decodes a duration: a Go duration string ("1m30s") or a whole
-// number of nanoseconds, also in exponent form (1e9).
+// setDuration decodes a duration: a Go duration string ("1m30s"), within
+// the range of time.Duration. A bare number is refused, 0 aside: read as
+// nanoseconds, {"LeaseTimeout": 30} would make every wait time out at once,
+// where its writer meant 30 seconds. So is a duration so small that it
+// rounds to 0 ("0.1ns"): 0 means no limit, which it did not say.
 func setDuration(dst *time.Duration, raw json.RawMessage) error {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -327,22 +332,28 @@ func setDuration(dst *time.Duration, raw json.RawMessage) error {
 		if err != nil {
 			return wantGot(wantDuration, raw)
 		}
+		if d == 0 && strings.ContainsAny(s, "123456789") {
+			return fmt.Errorf("%s rounds to 0, which means no limit; write \"0s\" for that, or a duration of at least 1ns", shown(raw))
+		}
 		*dst = d
 		return nil
 	}
 	num := string(bytes.TrimSpace(raw))
-	if n, err := strconv.ParseInt(num, 10, 64); err == nil {
-		*dst = time.Duration(n)
+	if _, err := strconv.ParseFloat(num, 64); err != nil && !errors.Is(err, strconv.ErrRange) {
+		return wantGot(wantDuration, raw) // not a number either
+	}
+	if mantissa, _, _ := strings.Cut(strings.ToLower(num), "e"); !strings.ContainsAny(mantissa, "123456789") {
+		*dst = 0 // 0, 0.0, -0, 0e9: no limit, whatever the unit
 		return nil
 	}
-	if f, err := strconv.ParseFloat(num, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < math.MaxInt64 {
-		*dst = time.Duration(f)
-		return nil
+	hint := ""
+	if _, err := strconv.ParseUint(num, 10, 64); err == nil {
+		hint = fmt.Sprintf(" (\"%ss\" for %s seconds, \"%sms\" for milliseconds)", num, num, num)
 	}
-	return wantGot(wantDuration, raw)
+	return fmt.Errorf("want a duration string such as \"30s\", got the bare number %s: durations need a unit%s", shown(raw), hint)
 }
 
-const wantDuration = `a duration such as "30s" or "1m30s", or whole nanoseconds`
+const wantDuration = `a duration such as "30s" or "1m30s"`
 
 // maxShown bounds how much of a bad value an error quotes.
 const maxShown = 40
@@ -364,8 +375,12 @@ func shown(raw []byte) string {
 
 // UnmarshalJSON decodes o from a JSON object keyed by the field names,
 // matched without regard to case as encoding/json matches them:
-// {"MaxSize": 20, "LeaseTimeout": "30s"}. Durations accept Go duration
-// strings or whole numbers of nanoseconds. A key that is absent or null
+// {"MaxSize": 20, "LeaseTimeout": "30s"}. A duration is a Go duration
+// string ("30s", "1m30s", "250ms"), within the range of time.Duration
+// ("2562047h47m16.854775807s" at most); a bare number is refused, but for
+// 0, since {"LeaseTimeout": 30} would mean 30 ns, not the 30 s its writer
+// meant, and so is a duration that rounds to 0 ("0.1ns"). A key that is
+// absent or null
 // leaves its field as it was, so decoding a shared section and then a
 // per-pool section into the same value overlays the second on the first.
 // When a key appears twice, the later one wins, as with encoding/json.
@@ -377,6 +392,7 @@ func shown(raw []byte) string {
 //
 //	pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)
 //	pool: invalid options: MaxSize: want a whole number, got "20"
+//	pool: invalid options: LeaseTimeout: want a duration string such as "30s", got the bare number 30: durations need a unit ("30s" for 30 seconds, "30ms" for milliseconds)
 //
 // The fields tagged json:"-" (function- and interface-valued, such as
 // Preparer and Destroy) are set in code only: a key naming one is an error

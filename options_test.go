@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"io"
+	"math"
 	"reflect"
 	"sort"
 	"strings"
@@ -223,14 +224,13 @@ func TestOptionsUnmarshalJSON(t *testing.T) {
 			o.LeaseTimeout, o.PreparationTimeout, o.CreateTimeout = time.Second, 1500*time.Millisecond, 2*time.Minute
 			o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle = 90*time.Minute, 24*time.Hour, 250*time.Millisecond
 		}},
-		{"durations as nanosecond numbers", Options[*conn]{}, `{"LeaseTimeout": 1500000000,
-			"PreparationTimeout": 1, "CreateTimeout": 0, "IdleTimeout": 60000000000,
-			"MaxLifetime": 3600000000000, "CheckAfterIdle": 250000000}`, func(o *Options[*conn]) {
-			o.LeaseTimeout, o.PreparationTimeout = 1500*time.Millisecond, time.Nanosecond
-			o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle = time.Minute, time.Hour, 250*time.Millisecond
+		{"a bare 0 means no limit, in any form", optFull, `{"LeaseTimeout": 0, "PreparationTimeout": 0.0,
+			"CreateTimeout": -0, "IdleTimeout": 0e9, "MaxLifetime": "0s", "CheckAfterIdle": "0"}`, func(o *Options[*conn]) {
+			o.LeaseTimeout, o.PreparationTimeout, o.CreateTimeout = 0, 0, 0
+			o.IdleTimeout, o.MaxLifetime, o.CheckAfterIdle = 0, 0, 0
 		}},
-		{"whole nanoseconds in exponent form", Options[*conn]{}, `{"LeaseTimeout": 1e9, "IdleTimeout": 6E10}`, func(o *Options[*conn]) {
-			o.LeaseTimeout, o.IdleTimeout = time.Second, time.Minute
+		{"the longest duration there is", Options[*conn]{}, `{"MaxLifetime": "2562047h47m16.854775807s"}`, func(o *Options[*conn]) {
+			o.MaxLifetime = math.MaxInt64
 		}},
 		{"keys without regard to case", Options[*conn]{}, `{"maxsize": 7, "MINSIZE": 1, "leaseTimeout": "2s", "name": "lower"}`, func(o *Options[*conn]) {
 			o.MaxSize, o.MinSize, o.LeaseTimeout, o.Name = 7, 1, 2*time.Second, "lower"
@@ -330,15 +330,26 @@ func checkRefused(t *testing.T, cases []optBadCase) {
 }
 
 func TestOptionsUnmarshalJSONRejectsInvalidDurations(t *testing.T) {
-	const want = `want a duration such as "30s" or "1m30s", or whole nanoseconds, got `
+	const want = `want a duration such as "30s" or "1m30s", got `
+	const bare = `want a duration string such as "30s", got the bare number `
 	checkRefused(t, []optBadCase{
 		{"unknown unit", `{"LeaseTimeout": "5 parsecs"}`, "pool: invalid options: LeaseTimeout: " + want + `"5 parsecs"`},
 		{"missing unit", `{"IdleTimeout": "30"}`, "pool: invalid options: IdleTimeout: " + want + `"30"`},
-		{"fractional number", `{"MaxLifetime": 1.5}`, "pool: invalid options: MaxLifetime: " + want + "1.5"},
-		{"fractional exponent form", `{"MaxLifetime": 1.5e0}`, "pool: invalid options: MaxLifetime: " + want + "1.5e0"},
+		{"a bare number, meant as seconds", `{"LeaseTimeout": 30}`,
+			"pool: invalid options: LeaseTimeout: " + bare + `30: durations need a unit ("30s" for 30 seconds, "30ms" for milliseconds)`},
+		{"a bare number of nanoseconds", `{"MaxLifetime": 9223372036854775807}`,
+			"pool: invalid options: MaxLifetime: " + bare + `9223372036854775807: durations need a unit ("9223372036854775807s" for 9223372036854775807 seconds, "9223372036854775807ms" for milliseconds)`},
+		{"fractional number", `{"MaxLifetime": 1.5}`, "pool: invalid options: MaxLifetime: " + bare + "1.5: durations need a unit"},
+		{"exponent form", `{"MaxLifetime": 1.5e9}`, "pool: invalid options: MaxLifetime: " + bare + "1.5e9: durations need a unit"},
+		{"so small it is 0 as a number", `{"IdleTimeout": 1e-400}`, "pool: invalid options: IdleTimeout: " + bare + "1e-400: durations need a unit"},
+		{"so small it is 0, negative", `{"IdleTimeout": -1e-400}`, "pool: invalid options: IdleTimeout: " + bare + "-1e-400: durations need a unit"},
+		{"so small it rounds to 0 as a string", `{"IdleTimeout": "0.1ns"}`,
+			`pool: invalid options: IdleTimeout: "0.1ns" rounds to 0, which means no limit; write "0s" for that, or a duration of at least 1ns`},
 		{"boolean", `{"CreateTimeout": true}`, "pool: invalid options: CreateTimeout: " + want + "true"},
 		{"object", `{"CheckAfterIdle": {}}`, "pool: invalid options: CheckAfterIdle: " + want + "{}"},
-		{"beyond the range of a Duration", `{"PreparationTimeout": 1e19}`, "pool: invalid options: PreparationTimeout: " + want + "1e19"},
+		{"beyond the range of a Duration, as a number", `{"PreparationTimeout": 1e19}`, "pool: invalid options: PreparationTimeout: " + bare + "1e19: durations need a unit"},
+		{"beyond the range of a Duration, as a string", `{"MaxLifetime": "2562047h47m16.854775808s"}`,
+			"pool: invalid options: MaxLifetime: " + want + `"2562047h47m16.854775808s"`},
 		{"key in another case", `{"leasetimeout": "soon"}`, "pool: invalid options: LeaseTimeout: " + want + `"soon"`},
 	})
 }

@@ -99,6 +99,7 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		stamp:    opts.IdleTimeout > 0 || opts.MaxLifetime > 0 || opts.Preparer != nil && opts.CheckAfterIdle > 0,
 		sites:    opts.TrackLeaseSites,
 		epoch:    monotime(),
+		clock:    upkeepTestHooks.clock,
 		m:        m,
 	}
 	p.plain = !p.judge && !p.sites
@@ -387,15 +388,8 @@ func (p *Pool[T]) release(e *entry[T]) {
 		return
 	}
 	if p.stamp {
-		now := p.now()
-		if p.sweepEvery > 0 && now >= p.sweepAt.Load() {
-			p.sweep(now)
-		}
-		if now > e.deadline {
-			p.destroyAndFreeLogged(e, reasonLifetime)
-			return
-		}
-		e.idleAt = now
+		p.releaseStamped(e)
+		return
 	}
 	// slots.park, written out for the same reason as in lease.
 	if r := &p.g.slots; !r.bypass.Load() {
@@ -406,6 +400,44 @@ func (p *Pool[T]) release(e *entry[T]) {
 		}
 	}
 	p.giveBackToGate(e)
+}
+
+// releaseStamped is release for a pool that reads the clock on release: it
+// runs the sweep for expiry when one is due, then judges the item's
+// lifetime and stamps its release.
+func (p *Pool[T]) releaseStamped(e *entry[T]) {
+	now := p.now()
+	if p.sweepEvery > 0 && now >= p.sweepAt.Load() {
+		p.sweepThenRelease(e, now)
+		return
+	}
+	p.releaseAt(e, now)
+}
+
+// sweepThenRelease sweeps, then releases e as releaseAt does, also when a
+// Destroy of the sweep calls runtime.Goexit (t.FailNow in a test): the
+// released item is never lost on the way.
+func (p *Pool[T]) sweepThenRelease(e *entry[T], now int64) {
+	swept := false
+	defer func() {
+		if !swept {
+			p.releaseAt(e, now)
+		}
+	}()
+	p.sweep(now)
+	swept = true
+	p.releaseAt(e, now)
+}
+
+// releaseAt destroys e when it is past its lifetime at now, else stamps it
+// released at now and gives it back.
+func (p *Pool[T]) releaseAt(e *entry[T], now int64) {
+	if now > e.deadline {
+		p.destroyAndFreeLogged(e, reasonLifetime)
+		return
+	}
+	e.idleAt = now
+	p.giveBack(e)
 }
 
 // reset runs Options.Reset; when it fails (the error is logged: Release
@@ -505,32 +537,50 @@ func (p *Pool[T]) refillOne() (more bool) {
 // item is destroyed on release. Close is idempotent: later calls do nothing
 // and return nil.
 func (p *Pool[T]) Close() error {
+	_, err := p.close(context.Background())
+	return err
+}
+
+// close is Close, with ctx bounding the wait for the upkeep's round under
+// way; stopped reports that no callback of the upkeep runs any more (false
+// only when ctx ended first, and on a pool another call is closing).
+func (p *Pool[T]) close(ctx context.Context) (stopped bool, err error) {
 	es, first := p.g.close()
 	if !first {
-		return nil
+		return false, nil
 	}
 	p.cancel()
+	stopped = true
 	if p.upkeep != nil {
-		p.upkeep.stop()
+		stopped = p.upkeep.stop(ctx) == nil
 	}
 	var unreg error
 	if p.m != nil {
 		unreg = p.m.unregister()
 	}
-	return errors.Join(p.destroyAll(es, reasonClose), unreg)
+	return stopped, errors.Join(p.destroyAll(es, reasonClose), unreg)
 }
 
-// Shutdown closes the pool, then waits until every lease has ended and every
-// creation has finished, or until ctx ends, when it returns ctx.Err(). A
-// leaked lease never ends, so only ctx ends such a Shutdown. On a pool
-// that has drained, Shutdown returns nil (plus Close's errors) even when
-// ctx has already ended. Errors from Close are joined to the result.
-// Shutdown panics when ctx is nil.
+// Shutdown closes the pool, then waits until every lease has ended, every
+// creation has finished and the upkeep has stopped, or until ctx ends, when
+// it returns ctx.Err(). A leaked lease never ends, so only ctx ends such a
+// Shutdown; so does a Shutdown called from a callback of the upkeep (a
+// Preparer, factory or Destroy it runs), which waits for the item that
+// callback holds. On a pool that has drained, Shutdown returns nil (plus
+// Close's errors) even when ctx has already ended. Errors from Close are
+// joined to the result. Shutdown panics when ctx is nil.
 func (p *Pool[T]) Shutdown(ctx context.Context) error {
 	if ctx == nil {
 		panic(errNilContext)
 	}
-	err := p.Close()
+	stopped, err := p.close(ctx)
+	if !stopped && p.upkeep != nil {
+		select {
+		case <-p.upkeep.done:
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		}
+	}
 	drained := p.g.whenDrained()
 	select {
 	case <-drained:

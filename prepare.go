@@ -63,7 +63,8 @@ func (f CheckFunc[T]) Prepare(ctx context.Context, item T) error {
 }
 
 // prepare runs IsReady and, when the item is not ready, Prepare, within
-// PreparationTimeout.
+// PreparationTimeout and ctx: the caller's on a lease, the pool's own (which
+// Close cancels) in the upkeep.
 func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
 	if p.m != nil {
 		start := p.now()
@@ -89,9 +90,14 @@ func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
 		err = context.DeadlineExceeded
 	}
 	if err != nil {
-		p.c.prepareFail.Add(1)
-		if p.m != nil {
-			p.m.prepErrors.Add(ctx, 1, p.m.add...)
+		// A check of the upkeep's (which runs under the pool's own
+		// context) that Close cut short says nothing about the item: not
+		// counted as failed. A lease's is counted whatever ended it.
+		if ctx != p.done || p.done.Err() == nil {
+			p.c.prepareFail.Add(1)
+			if p.m != nil {
+				p.m.prepErrors.Add(ctx, 1, p.m.add...)
+			}
 		}
 		if timedOut {
 			return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)

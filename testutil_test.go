@@ -465,6 +465,17 @@ func (c *endingCtx) Err() error {
 	return context.Canceled
 }
 
+// panicHandler is a slog.Handler whose Handle panics: a Logger with a bug.
+type panicHandler struct{ calls atomic.Int32 }
+
+func (h *panicHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *panicHandler) Handle(context.Context, slog.Record) error {
+	h.calls.Add(1)
+	panic("the log handler panicked")
+}
+func (h *panicHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *panicHandler) WithGroup(string) slog.Handler      { return h }
+
 // catchPanicStack is catchPanic that also returns, when f panicked, the
 // stack where it did, for a report: catchPanic recovers only after the
 // panicking frames are gone.

@@ -1,10 +1,15 @@
 package pool
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,48 +28,121 @@ import (
 // upkeeper is a pool's upkeep goroutine, as Close sees it.
 type upkeeper struct {
 	quit chan struct{} // closed by stop
-	done chan struct{} // closed when the goroutine has returned
+	done chan struct{} // closed when the last goroutine of the upkeep has returned
+	// round is held while a round runs, so that stop can tell a round under
+	// way, whose callbacks it must wait for, from a goroutine about to see
+	// quit.
+	round sync.Mutex
+	// gid is the id of the goroutine that runs the rounds now: a new one
+	// takes over after a callback calls runtime.Goexit. See stop.
+	gid atomic.Uint64
+}
+
+// upkeepTestHooks are set by tests only: clock becomes the pool clock of
+// every pool New makes while it is set, before its upkeep starts (set
+// after New, it would race with the upkeep); scheduled sees each wait the
+// upkeep sets before its next round.
+var upkeepTestHooks struct {
+	clock     func() int64
+	scheduled func(time.Duration)
 }
 
 // startUpkeep starts p's upkeep goroutine.
 func startUpkeep[T any](p *Pool[T]) *upkeeper {
 	u := &upkeeper{quit: make(chan struct{}), done: make(chan struct{})}
-	go p.runUpkeep(u)
+	go p.runUpkeep(u, spread(p.opts.UpkeepInterval))
 	return u
 }
 
-// stop ends the upkeep and waits for its goroutine to return. A round under
-// way finishes first; its creations are canceled with the pool's, so a
-// factory that ignores its ctx delays stop by up to CreateTimeout.
-func (u *upkeeper) stop() {
+// stop ends the upkeep: no round starts after it is called. It waits for
+// the round under way, if any, so that when it returns no callback of the
+// upkeep runs; its creations and checks are canceled with the pool's
+// context, so a factory or Preparer that ignores its ctx delays stop until
+// it returns (or CreateTimeout, PreparationTimeout). ctx bounds the wait:
+// when ctx ends first, stop returns ctx.Err() and the round finishes on
+// its own. Called from a callback of the round under way (a Preparer,
+// factory or Destroy that calls Close), stop cannot wait for its own
+// caller: it returns at once, and the upkeep returns once the callback
+// does.
+func (u *upkeeper) stop(ctx context.Context) error {
 	close(u.quit)
+	if id := goroutineID(); id != 0 && id == u.gid.Load() {
+		return nil
+	}
+	select {
+	case <-u.done:
+		return nil
+	case <-ctx.Done():
+	}
+	if !u.round.TryLock() {
+		return ctx.Err() // a round's callbacks still run
+	}
+	// No round runs, and none can start: the upkeep is returning.
+	u.round.Unlock()
 	<-u.done
+	return nil
 }
 
-// runUpkeep runs a round every UpkeepInterval, spread, until u stops.
+// runUpkeep runs a round first after the given delay and then every
+// UpkeepInterval (spread), measured from the start of the previous round:
+// a round that outlasts the interval is followed by the next at once.
 // After a round whose creation failed, the next comes sooner, backing off
-// (see upkeepBackoff).
-func (p *Pool[T]) runUpkeep(u *upkeeper) {
-	defer close(u.done)
+// (see upkeepBackoff). When a callback calls runtime.Goexit, which ends
+// this goroutine, the upkeep goes on on a new one.
+func (p *Pool[T]) runUpkeep(u *upkeeper, first time.Duration) {
+	u.gid.Store(goroutineID())
+	returned := false
+	defer func() {
+		if !returned {
+			go p.runUpkeep(u, spread(p.opts.UpkeepInterval))
+			return
+		}
+		close(u.done)
+	}()
 	interval := p.opts.UpkeepInterval
-	t := time.NewTimer(spread(interval))
+	t := time.NewTimer(first)
 	defer t.Stop()
 	var backoff time.Duration
 	for {
 		select {
 		case <-u.quit:
+			returned = true
 			return
 		case <-t.C:
 		}
+		start := p.now()
+		ok, stopped := p.runRound(u)
+		if stopped {
+			returned = true
+			return
+		}
 		next := spread(interval)
-		if p.upkeepRound() {
+		if ok {
 			backoff = 0
 		} else {
 			backoff = upkeepBackoff(backoff, interval)
 			next = backoff
 		}
-		t.Reset(next)
+		wait := max(next-time.Duration(p.now()-start), 0)
+		if upkeepTestHooks.scheduled != nil {
+			upkeepTestHooks.scheduled(wait)
+		}
+		t.Reset(wait)
 	}
+}
+
+// runRound runs one round, holding u.round throughout (also through a
+// runtime.Goexit in a callback), unless stop has been called: then it
+// reports stopped and runs nothing.
+func (p *Pool[T]) runRound(u *upkeeper) (ok, stopped bool) {
+	u.round.Lock()
+	defer u.round.Unlock()
+	select {
+	case <-u.quit:
+		return false, true
+	default:
+	}
+	return p.upkeepRound(), false
 }
 
 // upkeepBackoff is the delay before the round after a failed one: a
@@ -112,7 +190,9 @@ func (p *Pool[T]) checkIdle(now int64) {
 			return
 		}
 		if err := p.checkOne(e); err != nil {
-			p.warn("upkeep: an idle item failed its check", err)
+			if p.done.Err() == nil { // else Close cut it short: nothing went wrong
+				p.warn("upkeep: an idle item failed its check", err)
+			}
 			continue
 		}
 		e.checkedAt = p.now()
@@ -133,9 +213,13 @@ func (p *Pool[T]) checkOne(e *entry[T]) (err error) {
 		if v := recover(); v != nil {
 			err = asError(newPanicError(v))
 		}
-		p.quietly(func() { p.destroyAndFreeLogged(e, reasonPrepare) })
+		why := reasonPrepare
+		if p.done.Err() != nil {
+			why = reasonClose // Close cut the check short: not the item's fault
+		}
+		p.quietly(func() { p.destroyAndFreeLogged(e, why) })
 	}()
-	err = p.prepare(context.Background(), e)
+	err = p.prepare(p.done, e)
 	returned = true
 	return err
 }
@@ -173,4 +257,20 @@ func (p *Pool[T]) createIdle() (ok bool) {
 	}
 	p.quietly(func() { p.giveBackToGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
 	return true
+}
+
+// goroutineID returns the id of the calling goroutine, read from the first
+// line of its stack trace ("goroutine 7 [running]:"); 0 if it cannot. Go
+// offers no cheaper way. The upkeep reads it when it starts, and Close to
+// tell whether a callback of the upkeep is its caller.
+func goroutineID() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b, ok := bytes.CutPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); ok && i > 0 {
+		if id, err := strconv.ParseUint(string(b[:i]), 10, 64); err == nil {
+			return id
+		}
+	}
+	return 0
 }

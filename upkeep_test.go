@@ -2,6 +2,8 @@ package pool
 
 import (
 	"context"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,4 +194,209 @@ func TestUpkeepStopsBeforeCloseReturns(t *testing.T) {
 			goleak.VerifyNone(t, ignore)
 		})
 	}
+}
+
+// armedOnce is a callback's trigger: it fires once, after arm.
+type armedOnce struct{ armed, fired atomic.Bool }
+
+func (a *armedOnce) arm()       { a.armed.Store(true) }
+func (a *armedOnce) fire() bool { return a.armed.Load() && a.fired.CompareAndSwap(false, true) }
+
+// The upkeep's checks get a context that Close cancels (doc.go, "Upkeep"):
+// a Preparer that waits on a dead peer until its ctx ends, with
+// PreparationTimeout 0, holds up neither Close nor Shutdown.
+func TestCloseCancelsTheUpkeepsCheck(t *testing.T) {
+	for _, shutdown := range []bool{false, true} {
+		var trigger armedOnce
+		entered := make(chan struct{})
+		prep := CheckFunc[*conn](func(ctx context.Context, _ *conn) error {
+			if !trigger.fire() {
+				return nil
+			}
+			close(entered)
+			<-ctx.Done() // a ping to a peer that never answers
+			return ctx.Err()
+		})
+		p, tr := newTracked(t, Options[*conn]{MaxSize: 2, UpkeepInterval: time.Millisecond,
+			Preparer: prep, CheckAfterIdle: time.Millisecond})
+		mustLease(t, p).Release() // one idle item, accepted once
+		trigger.arm()
+		recvOrFail(t, entered, "the upkeep to check the idle item")
+
+		closed := make(chan error, 1)
+		go func() {
+			if shutdown {
+				closed <- p.Shutdown(context.Background())
+			} else {
+				closed <- p.Close()
+			}
+		}()
+		assert.NoError(t, recvOrFail(t, closed, "Close or Shutdown to return"))
+		assert.Zero(t, tr.live.Load(), "the item under check was destroyed")
+		assert.Zero(t, p.Stats().PrepareFailed, "a check that Close cut short is not a failed preparation")
+	}
+}
+
+// Shutdown's ctx bounds its wait for the upkeep, as it bounds its wait for
+// leases (doc.go, "Lifecycle of an item"): here the upkeep's factory ignores its ctx.
+func TestShutdownCtxBoundsTheWaitForTheUpkeep(t *testing.T) {
+	var trigger armedOnce
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	f := FactoryFunc[*conn](func(context.Context) (*conn, error) {
+		if trigger.fire() {
+			close(entered)
+			<-unblock // a dial that ignores its ctx
+		}
+		return &conn{}, nil
+	})
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 1, MaxSize: 2, UpkeepInterval: time.Millisecond})
+	require.NoError(t, err)
+	trigger.arm()
+	mustLease(t, p).Discard() // the upkeep creates the floor again
+	recvOrFail(t, entered, "the upkeep to create an item")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- p.Shutdown(ctx) }()
+	returned := true
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "Shutdown returns its ctx's error")
+		assert.Less(t, time.Since(start), 2*time.Second)
+	case <-time.After(2 * time.Second):
+		t.Error("Shutdown waited for the upkeep's factory past its ctx")
+		returned = false
+	}
+	close(unblock)
+	recvOrFail(t, p.upkeep.done, "the upkeep to stop once its factory returns")
+	if !returned {
+		recvOrFail(t, done, "Shutdown to return")
+	}
+}
+
+// The upkeep's rounds start every UpkeepInterval from the start of the
+// previous one (doc.go, "Upkeep"), on the pool's fake clock: a round that
+// takes 5 ms of a 20 ms interval is followed by the next 13–17 ms later
+// (20 ms spread by ±10 %, less 5), and one that outlasts the interval by
+// the next at once.
+func TestUpkeepRoundsStartAnIntervalApart(t *testing.T) {
+	clk := &fakeClock{}
+	waits := make(chan time.Duration, 64)
+	upkeepTestHooks.clock = clk.now
+	upkeepTestHooks.scheduled = func(d time.Duration) {
+		select {
+		case waits <- d:
+		default:
+		}
+	}
+	t.Cleanup(func() { upkeepTestHooks.clock, upkeepTestHooks.scheduled = nil, nil })
+	var dial atomic.Int64 // how long a creation takes, on the fake clock
+	f := FactoryFunc[*conn](func(context.Context) (*conn, error) {
+		clk.advance(dial.Load())
+		return &conn{}, nil
+	})
+	const interval = 20 * time.Millisecond
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 1, MaxSize: 2, UpkeepInterval: interval})
+	require.NoError(t, err)
+	defer p.Close()
+
+	next := func(what string) time.Duration { return recvOrFail(t, waits, what) }
+	dial.Store(int64(30 * time.Millisecond))
+	mustLease(t, p).Discard() // the first round creates the floor again, for 30 ms
+	assert.Zero(t, next("the wait after a round that outlasts the interval"))
+	idle := next("the wait after a round that does nothing")
+	assert.GreaterOrEqual(t, idle, interval*9/10)
+	assert.LessOrEqual(t, idle, interval*11/10)
+
+	dial.Store(int64(5 * time.Millisecond))
+	mustLease(t, p).Discard()
+	short := next("the wait after a 5 ms round")
+	assert.GreaterOrEqual(t, short, interval*9/10-5*time.Millisecond)
+	assert.LessOrEqual(t, short, interval*11/10-5*time.Millisecond)
+}
+
+// Close, Clear and SetMaxSize called from a callback the upkeep runs (a
+// Preparer, the factory or Destroy) return (doc.go, "Upkeep"); after Close
+// the upkeep stops once the callback returns, and goleak sees no goroutine
+// left.
+func TestPoolCallsFromAnUpkeepCallbackReturn(t *testing.T) {
+	type site int
+	const (
+		inCheck site = iota
+		inFactory
+		inDestroy
+	)
+	calls := map[string]func(*Pool[*conn]) error{
+		"Close":      func(p *Pool[*conn]) error { return p.Close() },
+		"Clear":      func(p *Pool[*conn]) error { p.Clear(); return nil },
+		"SetMaxSize": func(p *Pool[*conn]) error { return p.SetMaxSize(3) },
+	}
+	for name, call := range calls {
+		for _, at := range []site{inCheck, inFactory, inDestroy} {
+			t.Run(name+[]string{" from IsReady", " from the factory", " from Destroy"}[at], func(t *testing.T) {
+				var (
+					trigger  armedOnce
+					pp       atomic.Pointer[Pool[*conn]]
+					returned = make(chan error, 1)
+				)
+				callback := func() {
+					if trigger.fire() {
+						returned <- call(pp.Load())
+					}
+				}
+				tr := &tracker{}
+				opts := Options[*conn]{MaxSize: 2, UpkeepInterval: time.Millisecond, Destroy: tr.destroy}
+				var f Factory[*conn] = tr
+				switch at {
+				case inCheck:
+					opts.Preparer = CheckFunc[*conn](func(context.Context, *conn) error { callback(); return nil })
+					opts.CheckAfterIdle = time.Millisecond
+				case inFactory:
+					opts.MinSize = 1
+					f = FactoryFunc[*conn](func(ctx context.Context) (*conn, error) { callback(); return tr.Create(ctx) })
+				case inDestroy:
+					opts.IdleTimeout = time.Millisecond
+					opts.Destroy = func(c *conn) error { defer callback(); return tr.destroy(c) }
+				}
+				p, err := New(context.Background(), f, opts)
+				require.NoError(t, err)
+				pp.Store(p)
+				l := mustLease(t, p)
+				trigger.arm()
+				if at == inFactory {
+					l.Discard() // the upkeep creates the floor again
+				} else {
+					l.Release() // idle: the upkeep checks it, or destroys it once expired
+				}
+				assert.NoError(t, recvOrFail(t, returned, name+" called from the upkeep's callback to return"))
+				assert.NoError(t, p.Close())
+				recvOrFail(t, p.upkeep.done, "the upkeep to stop")
+				assert.Zero(t, tr.live.Load(), "every item destroyed")
+			})
+		}
+	}
+}
+
+// A callback of the upkeep that calls runtime.Goexit (t.FailNow in a
+// test's factory) ends the upkeep's goroutine, not the upkeep (doc.go,
+// "Upkeep"): MinSize is kept.
+func TestUpkeepGoesOnAfterGoexitInACallback(t *testing.T) {
+	var trigger armedOnce
+	tr := &tracker{}
+	f := FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+		if trigger.fire() {
+			runtime.Goexit()
+		}
+		return tr.Create(ctx)
+	})
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MinSize: 2, MaxSize: 4, UpkeepInterval: time.Millisecond, Destroy: tr.destroy})
+	require.NoError(t, err)
+	defer p.Close()
+	trigger.arm()
+	mustLease(t, p).Discard() // the upkeep's next creation calls Goexit
+	mustLease(t, p).Discard()
+	require.Eventually(t, func() bool { return trigger.fired.Load() && p.Stats().ItemsAllocated == 2 },
+		testWait, time.Millisecond, "the upkeep went on and refilled MinSize")
 }
