@@ -111,6 +111,8 @@ func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 // happened. The faults injected, and the items made and destroyed, are the
 // harness's counts.
 type skCounts struct {
+	closedInUpkeep atomic.Bool // Close was called from a callback the upkeep ran
+
 	// Lease and TryLease calls, by outcome.
 	ops, leaseOK, timeouts, canceled, exhausted, closed atomic.Int64
 	createFailed, prepareFailed, leasePanics            atomic.Int64 // injected failures and panics that reached a lease
@@ -143,6 +145,11 @@ type skRun struct {
 	// closeReturned is set once Close has returned (close half): a lease
 	// begun after that must fail.
 	closeReturned atomic.Bool
+	// closeInUpkeep, when set, makes the next callback the pool runs on its
+	// own account (an upkeep's check or creation) call Close itself, and
+	// send Close's error on closedInUpkeep (close half, with the upkeep on).
+	closeInUpkeep  atomic.Bool
+	closedInUpkeep chan error
 	// active is how many workers lease now; the others rest.
 	active atomic.Int64
 
@@ -183,6 +190,11 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		stopResize: make(chan struct{}),
 	}
 	f.decide = func(ctx context.Context, h faultHook) faultKind {
+		if (h == onIsReady || h == onCreate) && ctx.Value(skLeaseKey{}) == nil && s.closeInUpkeep.CompareAndSwap(true, false) {
+			err := s.p.Close() // from inside the upkeep's own callback: it must return
+			s.closeReturned.Store(true)
+			s.closedInUpkeep <- err
+		}
 		k := f.roll(h)
 		if h == onIsReady && ctx.Value(skLeaseKey{}) == nil {
 			s.c.upkeepPrepare.Add(1)
@@ -755,7 +767,29 @@ func (s *skRun) run() {
 
 	start := time.Now()
 	var shutdownErr chan error
-	if s.cfg.mode == "close" {
+	if s.cfg.mode == "close" && s.cfg.upkeep > 0 {
+		// Close from a callback the upkeep runs, if one comes soon; else
+		// from here. Calm first, so that items idle, and the upkeep checks
+		// them or replaces the expired ones.
+		s.active.Store(1)
+		s.closedInUpkeep = make(chan error, 1)
+		s.closeInUpkeep.Store(true)
+		select {
+		case err := <-s.closedInUpkeep:
+			s.c.closedInUpkeep.Store(true)
+			s.checkStopErr("Close from the upkeep's callback", err)
+		case <-time.After(50 * s.cfg.upkeep):
+			if s.closeInUpkeep.CompareAndSwap(true, false) {
+				err := s.p.Close()
+				s.closeReturned.Store(true)
+				s.checkStopErr("Close", err)
+			} else { // a callback took it at this instant
+				s.c.closedInUpkeep.Store(true)
+				s.checkStopErr("Close from the upkeep's callback", <-s.closedInUpkeep)
+			}
+		}
+		s.active.Store(skWorkers)
+	} else if s.cfg.mode == "close" {
 		err := s.p.Close()
 		s.closeReturned.Store(true)
 		s.checkStopErr("Close", err)
@@ -920,8 +954,8 @@ func (s *skRun) report(wall time.Duration) string {
 	fmt.Fprintf(&b, "%s: ran %v under load, wall %v (stop to drained %v); LeaseTimeout %s, CheckAfterIdle %v, IdleTimeout %v, MaxLifetime %v, UpkeepInterval %v, metrics %v\n",
 		s.cfg.mode, s.cfg.run, wall.Round(time.Millisecond), s.stopTook.Round(time.Microsecond),
 		lt, s.cfg.checkAfterIdle, s.cfg.idleTimeout, s.cfg.maxLifetime, s.cfg.upkeep, s.cfg.metrics)
-	fmt.Fprintf(&b, "  SetMaxSize calls %d (%d shrinking, smallest %d), invariant checks while a shrink settled %d; upkeep checks %d (%d panicked)",
-		c.resizes.Load(), c.shrinks.Load(), c.minSizeSet.Load(), s.sizes.settlingChecks(), c.upkeepPrepare.Load(), c.upkeepPreparePanics.Load())
+	fmt.Fprintf(&b, "  SetMaxSize calls %d (%d shrinking, smallest %d), invariant checks while a shrink settled %d; upkeep checks %d (%d panicked); closed from an upkeep callback %v",
+		c.resizes.Load(), c.shrinks.Load(), c.minSizeSet.Load(), s.sizes.settlingChecks(), c.upkeepPrepare.Load(), c.upkeepPreparePanics.Load(), c.closedInUpkeep.Load())
 	if s.destroyedBy != nil {
 		fmt.Fprintf(&b, "; destroyed by reason %v", s.destroyedBy)
 	}
