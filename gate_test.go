@@ -450,9 +450,11 @@ func TestWaiterTimerReuse(t *testing.T) {
 		g.mu.Lock()
 		g.enqueueLocked(w)
 		g.mu.Unlock()
+		// The timer gets 50 ms, so that a loaded machine that deschedules
+		// the wait between arming it and looking does not fire it first.
 		testHooks.beforeWait = grant
-		testHooks.afterWait = func() { time.Sleep(3 * time.Millisecond) }
-		_, _, _, err = g.await(context.Background(), w, time.Millisecond)
+		testHooks.afterWait = func() { time.Sleep(60 * time.Millisecond) }
+		_, _, _, err = g.await(context.Background(), w, 50*time.Millisecond)
 		testHooks.beforeWait, testHooks.afterWait = nil, nil
 		require.NoError(t, err, "round %d: granted before the timer fired", round)
 		waitAgain()
