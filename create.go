@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Creating items: New's seeding, a lease's creation, and the adoption of
@@ -219,6 +221,7 @@ func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
 
 // newEntry calls the factory and wraps its item, watched for leaks.
 func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
+	era := p.g.slots.era.Load() // before the factory: a Clear meanwhile retires the item
 	v, err := p.callFactory(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
@@ -234,17 +237,218 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 		p.m.created.Add(ctx, 1, p.m.add...)
 	}
 	now := p.now()
-	e := &entry[T]{value: v, pool: p, deadline: p.deadline(now), idleAt: now}
+	e := &entry[T]{value: v, pool: p, era: era, createdAt: now, deadline: p.deadline(now), idleAt: now}
 	watch(p.leaks, e, p.sites)
 	return e, nil
 }
 
-// callFactory makes one factory call, timed in pool.items.create_time when
-// there are metrics, also when it fails or panics.
-func (p *Pool[T]) callFactory(ctx context.Context) (T, error) {
+// callFactory makes one factory call, counted in Stats.CreateErrors when it
+// fails (also by a panic or runtime.Goexit) and timed in
+// pool.items.create_time when there are metrics, also when it fails.
+func (p *Pool[T]) callFactory(ctx context.Context) (v T, err error) {
 	if p.m != nil {
 		start := p.now()
 		defer func() { p.m.createTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
 	}
-	return p.factory.Create(ctx)
+	returned := false
+	defer func() {
+		if !returned || err != nil || p.nillable && isNil(any(v)) {
+			p.c.createFails.Add(1)
+		}
+	}()
+	v, err = p.factory.Create(ctx)
+	returned = true
+	return v, err
+}
+
+// # Creating on the pool's own account
+//
+// Clear's refill, the seeding of SeedInBackground and the upkeep create
+// items that nobody waits for: a failed creation (an error or a panic of
+// the factory) is logged, never raised, and a runtime.Goexit ends only the
+// goroutine it runs on. Each creation holds a permit from tryAcquireRoom,
+// so the cap holds; the factory's context is the pool's (createDetached),
+// which Close cancels.
+
+// fill creates idle items, one at a time, while fewer than MinSize items of
+// the kind count says exist, as far as MaxSize allows and while no lease
+// waits. It reports false when a creation failed; who says who fills, for
+// the log.
+func (p *Pool[T]) fill(count roomCount, who string) bool {
+	for p.g.tryAcquireRoom(p.opts.MinSize, count) {
+		if !p.createIdle(who) {
+			return false
+		}
+	}
+	return true
+}
+
+// createIdle creates an item for a permit the caller holds and puts it
+// idle; on failure (logged), panic (logged) or Goexit it frees the permit
+// and reports false.
+func (p *Pool[T]) createIdle(who string) (ok bool) {
+	var e *entry[T]
+	defer func() {
+		if e == nil {
+			if v := recover(); v != nil {
+				p.warn(who+": create item", fmt.Errorf("pool %q: create item: the factory panicked: %w", p.opts.Name, asError(newPanicError(v))))
+			}
+			p.g.free()
+		}
+	}()
+	var err error
+	if e, err = p.createDetached(context.Background()); err != nil {
+		if !errors.Is(err, ErrClosed) { // Close canceled it: nothing went wrong
+			p.warn(who+": create item", err)
+		}
+		return false
+	}
+	p.quietly(func() { p.giveBackToGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
+	return true
+}
+
+// refill creates idle items until MinSize are idle, as Clear does after
+// destroying the idle items, on a goroutine of its own.
+func (p *Pool[T]) refill() {
+	if p.opts.MinSize > 0 {
+		p.tasks.start(func() { p.fill(idleItems, "clear: refill") })
+	}
+}
+
+// maxSeedBackoff bounds the backoff of background seeding without the
+// upkeep; with it, UpkeepInterval does.
+const maxSeedBackoff = 30 * time.Second
+
+// seedInBackground creates the MinSize items of a pool with
+// SeedInBackground, on goroutines of its own: up to seedParallelism at
+// once, as New does, and again after each round that a failed creation
+// ended, backing off as the upkeep does (upkeepBackoff), until MinSize items
+// exist or the pool closes.
+func (p *Pool[T]) seedInBackground() {
+	limit := p.opts.UpkeepInterval
+	if limit == 0 {
+		limit = maxSeedBackoff
+	}
+	p.tasks.start(func() {
+		var backoff time.Duration
+		for !p.seedRound() {
+			backoff = upkeepBackoff(backoff, limit)
+			t := time.NewTimer(backoff)
+			select {
+			case <-p.done.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	})
+}
+
+// seedRound runs one round of background seeding: up to seedParallelism
+// fills at once. It reports false when a creation failed.
+func (p *Pool[T]) seedRound() bool {
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range min(p.opts.MinSize, seedParallelism) {
+		wg.Add(1)
+		started := p.tasks.start(func() {
+			ok := false
+			defer func() {
+				if !ok { // a failure, or a Goexit in the factory
+					failed.Store(true)
+				}
+				wg.Done()
+			}()
+			ok = p.fill(allItems, "seed")
+		})
+		if !started { // the pool closed
+			failed.Store(true)
+			wg.Done()
+		}
+	}
+	wg.Wait()
+	return !failed.Load()
+}
+
+// tasks are the goroutines the pool runs on its own account besides the
+// upkeep's: Clear's refills and the seeding in the background. Close stops
+// them (their creations are canceled with the pool's context) and waits for
+// them, as it waits for the upkeep.
+type tasks struct {
+	mu      sync.Mutex
+	n       int                 // running
+	stopped bool                // stop has been called: no task starts
+	idle    chan struct{}       // made by wait; closed when n drops to 0
+	ids     map[uint64]struct{} // goroutine ids of the running tasks: see wait
+}
+
+// start runs f on a goroutine of its own, unless stop has been called:
+// then it reports false.
+func (t *tasks) start(f func()) bool {
+	t.mu.Lock()
+	if t.stopped {
+		t.mu.Unlock()
+		return false
+	}
+	t.n++
+	t.mu.Unlock()
+	go func() {
+		id := goroutineID()
+		t.mu.Lock()
+		if t.ids == nil {
+			t.ids = make(map[uint64]struct{})
+		}
+		t.ids[id] = struct{}{}
+		t.mu.Unlock()
+		defer t.done(id) // after a Goexit in f too
+		f()
+	}()
+	return true
+}
+
+// done counts a task that has returned.
+func (t *tasks) done(id uint64) {
+	t.mu.Lock()
+	delete(t.ids, id)
+	t.n--
+	if t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+// stop keeps tasks from starting.
+func (t *tasks) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	t.mu.Unlock()
+}
+
+// wait waits until no task runs, or ctx ends (then it returns ctx.Err()).
+// Called from a task (a factory that calls Close), it cannot wait for its
+// own caller, and returns at once.
+func (t *tasks) wait(ctx context.Context) error {
+	id := goroutineID()
+	t.mu.Lock()
+	if _, mine := t.ids[id]; mine || t.n == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-idle: // both at once: the tasks did end
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
 }

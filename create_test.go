@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -588,4 +589,58 @@ func TestLifecycleWaiterGetsAbandonedCreationsItem(t *testing.T) {
 	assert.Equal(t, int64(1), tr.created.Load())
 	o.l.Release()
 	assertAtRest(t, p)
+}
+
+// With SeedInBackground, New returns at once with the backend down, and the
+// floor appears once the backend is up (doc.go, "Lifecycle of an item"):
+// here a real TCP listener that starts late. Every failed dial is logged
+// and counted.
+func TestSeedInBackgroundWaitsForALateBackend(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // the backend is down
+
+	dial := FactoryFunc[net.Conn](func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	})
+	var log logBuffer
+	start := time.Now()
+	p, err := New[net.Conn](context.Background(), dial, Options[net.Conn]{MinSize: 3, MaxSize: 4,
+		SeedInBackground: true, UpkeepInterval: 100 * time.Millisecond, Logger: log.logger()})
+	require.NoError(t, err, "New does not wait for the backend")
+	defer p.Close()
+	assert.Less(t, time.Since(start), time.Second)
+	require.Eventually(t, func() bool { return p.Stats().CreateErrors >= 2 }, testWait, time.Millisecond,
+		"the seeding retried")
+
+	ln, err = net.Listen("tcp", addr) // the backend comes up
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 3 }, testWait, time.Millisecond,
+		"the floor of MinSize items appeared")
+	assert.Contains(t, log.String(), "seed: create item")
+	assert.Contains(t, log.String(), "connection refused")
+}
+
+// Close while the background seeding dials leaves no goroutine (goleak)
+// and no item.
+func TestSeedInBackgroundStopsAtClose(t *testing.T) {
+	tr := &tracker{block: make(chan struct{})} // dials hang until their ctx ends
+	p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 4, MaxSize: 4, SeedInBackground: true, Destroy: tr.destroy})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return tr.live.Load() == 4 }, testWait, time.Millisecond, "the seeding dials")
+	require.NoError(t, p.Close())
+	assert.Zero(t, tr.live.Load(), "no item left")
+	assert.Zero(t, p.Stats().ItemsAllocated)
 }

@@ -166,6 +166,7 @@ func TestGoexitInDestroyFinishesTheBatch(t *testing.T) {
 		p.opts.Destroy = goexitOnce(tr)
 
 		onOwnGoroutine(t, p.Clear)
+		awaitBackground(t, p) // the refill to MinSize, which Clear starts even so
 		s := p.Stats()
 		assert.Zero(t, s.ActiveLeases, "every item slot came back: %+v", s)
 		assert.EqualValues(t, 3, s.Destroyed)

@@ -41,7 +41,14 @@
 // that. New's creations run under New's ctx, each bounded by
 // Options.CreateTimeout; when one fails, New cancels the others, destroys
 // every item made and returns that first error (or raises the factory's
-// panic again). A lease's creation gets a context that keeps the values of
+// panic again). With Options.SeedInBackground, New returns without waiting:
+// the MinSize items are created in the background, several at once, and a
+// failed creation (an error or a panic) is logged, counted in
+// Stats.CreateErrors and retried after a backoff that doubles up to
+// Options.UpkeepInterval (30 s without the upkeep), until MinSize items
+// exist or the pool closes; leases meanwhile take a seeded item or create
+// their own. A service so starts while its backend is down, and has its
+// warm floor once the backend is up. A lease's creation gets a context that keeps the values of
 // the caller's ctx but not its cancellation, bounded by
 // Options.CreateTimeout and canceled by [Pool.Close]. When the caller's ctx
 // can end, the factory runs on a goroutine of its own: a caller that gives
@@ -92,8 +99,13 @@
 // frees its place and never touches the item again; disposing of it is the
 // caller's job.
 //
-// [Pool.Clear] destroys the idle items, then creates idle items until
-// MinSize are idle, as far as MaxSize allows; leased items are untouched.
+// [Pool.Clear] retires every item, as a failover asks: it destroys the idle
+// items now, and every item leased when Clear is called, or being created
+// then, when its lease ends, instead of lending it again (reason clear);
+// items whose creation starts after Clear are untouched. It returns once the
+// idle items are destroyed, and refills the idle items to MinSize in the
+// background, as far as MaxSize allows, within CreateTimeout and until
+// Close; the refill's failures are logged, never returned.
 // [Pool.Close] refuses new leases, wakes every waiting lease with
 // [ErrClosed], cancels the creations under way, destroys the idle items now
 // and the leased ones as they come back, and returns the joined errors of
@@ -116,6 +128,18 @@
 //
 // Once a lease has ended, ending it again does nothing, so a deferred
 // Release after an earlier Discard or Detach is harmless.
+//
+// [Pool.Do] writes that for you: it leases an item, calls a function with
+// it and ends the lease, with Release when the function returns, and with
+// Discard when its error wraps [ErrBroken] or it panics (the panic goes on).
+//
+// A lease also tells about its item: [Lease.Uses] counts the leases the
+// item has had, this one included; [Lease.CreatedAt] is when its creation
+// finished; [Lease.IdleFor] is how long it sat idle before this lease,
+// known when the pool reads the clock on release (Options.IdleTimeout,
+// MaxLifetime or, with a Preparer, CheckAfterIdle set) and 0 otherwise.
+// None of them reads the clock on the lease. "Recycle after N uses" is
+// then: if l.Uses() >= N, Discard instead of Release.
 //
 // A Lease is a small value, and copies are the same lease: ending it through
 // one copy ends it for all of them. A second Release, a Release through a
@@ -173,7 +197,7 @@
 //   - [ErrExhausted]: TryLease found every item in use, or leases waiting.
 //   - [ErrPreparationTimeout]: IsReady and Prepare on a fresh item took
 //     longer than Options.PreparationTimeout; the item was destroyed.
-//   - [ErrInvalidOptions]: New, SetMaxSize or [Options.UnmarshalJSON]
+//   - [ErrInvalidOptions]: New, [Options.Validate], SetMaxSize or [Options.UnmarshalJSON]
 //     refused the options; the message names the field.
 //   - a factory's or Preparer's error, wrapped (pool "orders-db": create
 //     item: ...): the creation or the check of a fresh item failed, and the
@@ -399,6 +423,25 @@
 // gauges and ErrLeaseTimeout's message follow the new value. SetMaxSize
 // refuses a size below 1 or below MinSize with ErrInvalidOptions.
 //
+// # Configuration
+//
+// [Options] decodes from JSON ([Options.UnmarshalJSON]), keyed by the field
+// names: {"MaxSize": 20, "LeaseTimeout": "30s"}. Decoding is strict: a key
+// that names no field, a value of the wrong type, or a field that can only
+// be set in code is an error that names the key. A duration is a Go
+// duration string ("30s", "1m30s"): a bare number other than 0 is refused
+// ({"LeaseTimeout": 30} would be 30 ns, not the 30 s its writer meant), and
+// so is one outside the range of time.Duration or so small that it rounds
+// to 0. Decoding a shared section and then a pool's own section into the
+// same Options overlays the second on the first. [Options.Validate] runs
+// exactly the checks New runs, so a reloaded configuration can be checked
+// before any of it is applied:
+//
+//	if err := next.Validate(); err != nil {
+//		return err // keep running with the old configuration
+//	}
+//	return p.SetMaxSize(next.MaxSize)
+//
 // # Footguns
 //
 // What the pool defuses:
@@ -434,9 +477,9 @@
 //     item or runs a sweep. Bound them, as you bound your dials: a factory
 //     that ignores its ctx holds its place in the pool until it returns.
 //   - MinSize > 0 makes New create items: when the server is down, New
-//     fails with the factory's error, and a program that needs the pool to
-//     start must set MinSize to 0 (items are then created on demand) or
-//     retry New.
+//     fails with the factory's error. A program that must start anyway
+//     sets Options.SeedInBackground, which creates the floor once the
+//     server is up.
 //   - A Preparer puts every lease on the slow path: each lease judges its
 //     item, and with CheckAfterIdle 0 calls IsReady every time. Set
 //     CheckAfterIdle when a check costs a round trip. IdleTimeout and

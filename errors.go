@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 )
 
 // Errors: the sentinels, panics raised again away from where they
@@ -42,6 +43,12 @@ var (
 	// ErrPreparationTimeout is returned, wrapped, when IsReady and Prepare
 	// together take longer than Options.PreparationTimeout on a fresh item.
 	ErrPreparationTimeout = errors.New("pool: preparation timeout")
+
+	// ErrBroken marks an item broken: a function given to Pool.Do returns
+	// an error that wraps it (fmt.Errorf("send: %w: %w", pool.ErrBroken,
+	// err)) to have the item destroyed rather than reused. The pool never
+	// returns it on its own.
+	ErrBroken = errors.New("pool: item broken")
 
 	// ErrInvalidOptions is returned, wrapped with the name of the offending
 	// field, by New and SetMaxSize when they refuse the options, and by
@@ -100,6 +107,21 @@ func (p *Pool[T]) warn(msg string, err error) {
 	if l := p.opts.Logger; l != nil {
 		defer func() { _ = recover() }()
 		l.LogAttrs(context.Background(), slog.LevelWarn, "pool: "+msg,
-			slog.String("pool.name", p.opts.Name), slog.Any("err", err))
+			slog.String("pool.name", p.opts.Name), slog.Any("err", unprefixed{err, fmt.Sprintf("pool %q: ", p.opts.Name)}))
 	}
 }
+
+// unprefixed is an error as warn logs it: without the `pool "name": ` its
+// message starts with, which the record's pool.name attribute says already.
+// It unwraps to the error itself, so a handler that looks into it finds
+// everything.
+type unprefixed struct {
+	err    error
+	prefix string
+}
+
+func (u unprefixed) Error() string {
+	// Joined errors (a Close's, a Clear's) start every line so.
+	return strings.ReplaceAll(strings.TrimPrefix(u.err.Error(), u.prefix), "\n"+u.prefix, "\n")
+}
+func (u unprefixed) Unwrap() error { return u.err }

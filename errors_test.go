@@ -201,7 +201,7 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		require.NoError(t, err)
 		defer p.Close()
 		mustLease(t, p).Discard()
-		assert.Contains(t, log.String(), `level=WARN msg="pool: destroy item" pool.name=edpool err="pool \"edpool\": destroy item: destroy failed"`)
+		assert.Contains(t, log.String(), `level=WARN msg="pool: destroy item" pool.name=edpool err="destroy item: destroy failed"`)
 		assert.EqualValues(t, 1, p.Stats().DestroyErrors)
 	})
 	t.Run("Reset and then Destroy on Release", func(t *testing.T) {
@@ -213,7 +213,7 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		defer p.Close()
 		mustLease(t, p).Release()
 		out := log.String()
-		assert.Contains(t, out, `msg="pool: reset item; destroying it" pool.name=edpool err="pool \"edpool\": reset item: reset failed"`)
+		assert.Contains(t, out, `msg="pool: reset item; destroying it" pool.name=edpool err="reset item: reset failed"`)
 		assert.Contains(t, out, `msg="pool: destroy item"`)
 		assert.EqualValues(t, 1, p.Stats().DestroyErrors)
 	})
@@ -246,7 +246,7 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		close(block) // the abandoned creation fails now, with nobody to tell
 		require.Eventually(t, func() bool { return strings.Contains(log.String(), "boom") }, testWait, time.Millisecond)
-		assert.Contains(t, log.String(), `msg="pool: a creation whose lease gave up failed" pool.name=edpool err="pool \"edpool\": create item: boom"`)
+		assert.Contains(t, log.String(), `msg="pool: a creation whose lease gave up failed" pool.name=edpool err="create item: boom"`)
 	})
 	t.Run("Clear", func(t *testing.T) {
 		var log logBuffer
@@ -256,9 +256,10 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		require.NoError(t, err)
 		tr.setFail(errBoom)
 		p.Clear()
+		awaitBackground(t, p)
 		out := log.String()
 		assert.Contains(t, out, `msg="pool: clear: destroy idle items"`)
-		assert.Contains(t, out, `msg="pool: clear: refill to MinSize" pool.name=edpool err="pool \"edpool\": create item: boom"`)
+		assert.Contains(t, out, `msg="pool: clear: refill: create item" pool.name=edpool err="create item: boom"`)
 		assert.EqualValues(t, 2, p.Stats().DestroyErrors)
 		assert.NoError(t, p.Close())
 	})

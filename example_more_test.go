@@ -111,8 +111,9 @@ func ExampleLease_Detach() {
 	// conn 1: closed
 }
 
-// Clear drops every idle item, after a failover say, and creates fresh ones
-// up to MinSize. Leased items are left alone.
+// Clear retires every item, after a failover say: the idle ones now, a
+// leased one when its lease ends; fresh ones up to MinSize are created in
+// the background.
 func ExamplePool_Clear() {
 	p, err := pool.New(context.Background(), &sessions{}, pool.Options[*session]{MinSize: 1, MaxSize: 4})
 	if err != nil {
@@ -125,16 +126,22 @@ func ExamplePool_Clear() {
 	c, _ := p.Lease(ctx)
 	a.Release()
 	b.Release()
-	defer c.Release()
 	s := p.Stats()
 	fmt.Printf("before: %d idle, %d leased\n", s.ItemsAvailable, s.ActiveLeases)
 
-	p.Clear()
+	p.Clear() // the server failed over: no session of before may be used again
 	s = p.Stats()
-	fmt.Printf("after:  %d idle, %d leased; %d destroyed, %d created in all\n", s.ItemsAvailable, s.ActiveLeases, s.Destroyed, s.Created)
+	fmt.Printf("after:  %d idle, %d leased; %d destroyed\n", s.ItemsAvailable, s.ActiveLeases, s.Destroyed)
+	c.Release() // retired: destroyed, not made idle
+	for p.Stats().ItemsAvailable < 1 {
+		time.Sleep(time.Millisecond) // the refill to MinSize runs in the background
+	}
+	s = p.Stats()
+	fmt.Printf("later:  %d idle, %d leased; %d destroyed, %d created in all\n", s.ItemsAvailable, s.ActiveLeases, s.Destroyed, s.Created)
 	// Output:
 	// before: 2 idle, 1 leased
-	// after:  1 idle, 1 leased; 2 destroyed, 4 created in all
+	// after:  0 idle, 1 leased; 2 destroyed
+	// later:  1 idle, 0 leased; 3 destroyed, 4 created in all
 }
 
 // Close destroys the idle items at once and refuses new leases; an item

@@ -41,7 +41,8 @@ func nmOptions(file map[string]json.RawMessage, name string) (pool.Options[*nmCo
 // Example_namedPools loads two pools of one item type from one
 // configuration file: a shared section, and a section per pool on top of
 // it. Each pool has its own Name, which tells them apart in Stats and in
-// their errors.
+// their errors. On a reload, Options.Validate checks every pool's new
+// options before SetMaxSize applies any of them.
 func Example_namedPools() {
 	var file map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(nmConfig), &file); err != nil {
@@ -97,6 +98,40 @@ func Example_namedPools() {
 	if _, err := w.TryLease(ctx); err != nil {
 		fmt.Println(err)
 	}
+
+	// A reload: the file changes, and each pool's new options are checked
+	// before any of them is applied. A bad value keeps the old settings.
+	for _, reload := range []string{
+		`{"Shared": {"MaxSize": 10}, "ReadPool": {"MinSize": 12}, "WritePool": {}}`,
+		`{"Shared": {"MaxSize": 10}, "ReadPool": {"MinSize": 2, "MaxSize": 6}, "WritePool": {"MaxSize": 4}}`,
+	} {
+		if err := json.Unmarshal([]byte(reload), &file); err != nil {
+			log.Fatal(err)
+		}
+		next := map[string]pool.Options[*nmConn]{}
+		var invalid error
+		for name := range pools {
+			opts, err := nmOptions(file, name)
+			if err == nil {
+				err = opts.Validate()
+			}
+			if err != nil {
+				invalid = err
+				break
+			}
+			next[name] = opts
+		}
+		if invalid != nil {
+			fmt.Println("reload refused:", invalid)
+			continue
+		}
+		for _, name := range []string{"ReadPool", "WritePool"} {
+			if err := pools[name].SetMaxSize(next[name].MaxSize); err != nil {
+				log.Fatal(err)
+			}
+			fmt.Printf("%s: MaxSize now %d\n", name, pools[name].Stats().MaxSize)
+		}
+	}
 	// Output:
 	// ReadPool: MinSize 2, MaxSize 8, LeaseTimeout 2s, IdleTimeout 5m0s
 	// WritePool: MinSize 0, MaxSize 2, LeaseTimeout 500ms, IdleTimeout 5m0s
@@ -104,5 +139,8 @@ func Example_namedPools() {
 	// WritePool lent a connection to the primary
 	// ReadPool: 2 item(s), 2 idle, 1 lease(s) so far
 	// WritePool: 1 item(s), 1 idle, 1 lease(s) so far
-	// pool: exhausted: pool "WritePool": every item is in use (MaxSize 2), or other leases are waiting
+	// pool: exhausted: pool "WritePool": every item is in use (MaxSize 2)
+	// reload refused: pool: invalid options: MinSize is 12, must be between 0 and MaxSize (10)
+	// ReadPool: MaxSize now 6
+	// WritePool: MaxSize now 4
 }

@@ -114,7 +114,7 @@ func ExamplePool_TryLease() {
 		fmt.Println("no connection free, try later:", err)
 	}
 	// Output:
-	// no connection free, try later: pool: exhausted: pool "mail": every item is in use (MaxSize 1), or other leases are waiting
+	// no connection free, try later: pool: exhausted: pool "mail": every item is in use (MaxSize 1)
 	// conn 1: closed
 }
 

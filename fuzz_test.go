@@ -264,6 +264,7 @@ func fzCall(recovered any, panicked bool) fzOutcome { return fzClassify(nil, rec
 
 // fzItem is the model's view of one item.
 type fzItem struct {
+	era             int   // the Clears before its creation began: see clear
 	created, idleAt int64 // on the pool's clock
 	checkedAt       int64 // the upkeep's last successful check, on the pool's clock
 	checked         bool  // the Preparer has accepted it once
@@ -314,6 +315,7 @@ type fzModel struct {
 
 	plan   fzPlan
 	now    int64
+	era    int // the Clears so far: an item of an older era is retired
 	nextID int
 	items  map[int]*fzItem // every item in existence
 	slot   int             // the item parked in the (one) processor's slot; 0: none
@@ -453,10 +455,24 @@ func (m *fzModel) leaseEnded(o fzOutcome, waited bool) {
 
 func (m *fzModel) newItem() int {
 	m.nextID++
-	m.items[m.nextID] = &fzItem{created: m.now, idleAt: m.now}
+	m.items[m.nextID] = &fzItem{era: m.era, created: m.now, idleAt: m.now}
 	m.st.Created++
 	return m.nextID
 }
+
+// create is a factory call's fault, counted in CreateErrors when it fails.
+func (m *fzModel) create() fzFault {
+	m.factoryCalls++
+	f := m.next(&m.plan.create)
+	if f == fzFail || f == fzBoom {
+		m.st.CreateErrors++
+	}
+	return f
+}
+
+// retired says that item id began its creation before the last Clear: the
+// pool destroys it where it would lend it or make it idle again.
+func (m *fzModel) retired(id int) bool { return m.items[id].era != m.era }
 
 // leased completes a lease of id.
 func (m *fzModel) leased(id int) fzOutcome {
@@ -562,8 +578,7 @@ func (m *fzModel) obtain(id int, canceled bool) fzOutcome {
 		m.st.Canceled++
 		return fzOutcome{kind: fzCanceled}
 	}
-	m.factoryCalls++
-	switch m.next(&m.plan.create) {
+	switch m.create() {
 	case fzFail:
 		m.free()
 		return fzOutcome{kind: fzCreateErr}
@@ -765,6 +780,9 @@ func (m *fzModel) release(rec *fzLeaseRec) fzOutcome {
 	}
 	rec.ended = true
 	id := rec.id
+	if m.retired(id) { // leased before a Clear: retired, not reset or reused
+		return m.panicked(m.destroyAndFree(id, reasonClear), "")
+	}
 	if m.reset {
 		switch m.next(&m.plan.reset) {
 		case fzFail:
@@ -823,21 +841,21 @@ func (m *fzModel) drain(why reason) (boom bool) {
 }
 
 func (m *fzModel) clear() fzOutcome {
-	if m.drain(reasonClear) {
-		return m.panicked(true, "")
-	}
+	m.era++
+	boom := m.drain(reasonClear)
+	// The refill, in the background (the run waits for it): the idle items
+	// up to MinSize, through the gate; a failure or panic of the factory
+	// ends it, logged.
 	for !m.closed && m.held+len(m.queue) < m.maxSize && len(m.waiters) == 0 && len(m.queue)+m.parked() < m.minSize {
 		m.held++
-		m.factoryCalls++
-		switch m.next(&m.plan.create) {
-		case fzFail: // ends the refill quietly
+		if f := m.create(); f == fzFail || f == fzBoom {
 			m.free()
-			return fzOutcome{}
-		case fzBoom:
-			m.free()
-			return fzOutcome{kind: fzPanicked, panic: "create"}
+			break
 		}
-		m.giveBack(m.newItem())
+		m.giveBackToGate(m.newItem())
+	}
+	if boom {
+		return m.panicked(true, "")
 	}
 	return fzOutcome{}
 }
@@ -977,8 +995,7 @@ func (m *fzModel) fillToMinSize() bool {
 			break
 		}
 		m.held++
-		m.factoryCalls++
-		if f := m.next(&m.plan.create); f == fzFail || f == fzBoom {
+		if f := m.create(); f == fzFail || f == fzBoom {
 			m.free()
 			return false
 		}
@@ -1329,7 +1346,11 @@ func (r *fzRun) step(op, arg byte) {
 		}
 	case 11:
 		want := m.clear()
-		r.expect("Clear", fzCall(catchPanic(r.p.Clear)), want)
+		got := fzCall(catchPanic(r.p.Clear))
+		if err := r.p.tasks.wait(context.Background()); err != nil { // the model's refill is part of its Clear
+			r.fail("the refill did not end: %v", err)
+		}
+		r.expect("Clear", got, want)
 	case 12:
 		if arg%4 == 0 { // rarely: the script ends soon after
 			r.close(false)

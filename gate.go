@@ -164,9 +164,11 @@ type admission uint8
 
 const (
 	admitted        admission = iota // a permit, with an idle entry
+	admitRetired                     // a permit, with an idle entry from before the last Clear, to destroy
 	admitRoom                        // a permit and no idle entry: the room to create one
 	queued                           // no permit yet: the lease waits, in await
-	refused                          // no permit, and the caller would not wait
+	refusedInUse                     // no permit free, and the caller would not wait
+	refusedQueue                     // others wait already, and the caller would not wait behind them
 	refusedClosed                    // the gate is closed
 	refusedCanceled                  // the caller's ctx had ended before it could queue
 )
@@ -187,14 +189,19 @@ func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], w *wa
 	}
 	var ok bool
 	if e, ok = g.acquireLocked(); ok || queue == nil {
-		a = refused
-		if ok {
+		switch {
+		case !ok && g.waiters.n > 0:
+			a = refusedQueue
+		case !ok:
+			a = refusedInUse
+		case e == nil:
 			a = admitRoom
-			if e != nil {
-				a = admitted
-				if final {
-					g.fastLeases++
-				}
+		case e.era != g.slots.era.Load():
+			a = admitRetired
+		default:
+			a = admitted
+			if final {
+				g.fastLeases++
 			}
 		}
 		g.unlock()
@@ -583,6 +590,16 @@ func (g *gate[T]) drainIdleLocked() []*entry[T] {
 		es = append(es, e)
 	}
 	return es
+}
+
+// clear starts a new era, so that every entry created before it is
+// retired when it comes back (see slots.era), and drains the idle entries
+// as drainIdle does, for the caller to destroy.
+func (g *gate[T]) clear() []*entry[T] {
+	g.lock()
+	defer g.unlock()
+	g.slots.era.Add(1)
+	return g.drainIdleLocked()
 }
 
 // close marks the gate closed, wakes every waiter with ErrClosed and

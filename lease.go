@@ -36,11 +36,14 @@ type entry[T any] struct {
 
 	value T
 	pool  *Pool[T]
+	era   uint64 // slots.era when the item's creation began: see retired
 
 	// The fields below belong to whoever holds the entry: the lease holder,
 	// or the pool while it is idle (guarded by gate.mu in the queue).
 	// Passing the entry through the gate's mutex, a slot's atomic pointer or
 	// a creation's done channel publishes them.
+	createdAt int64 // clock at the end of the item's creation
+	idleFor   int64 // how long the item sat idle before the current lease; set only when the pool reads the clock on release
 	deadline  int64 // clock past which the item has outlived its lifetime; math.MaxInt64: never
 	idleAt    int64 // clock at the last release, for IdleTimeout and CheckAfterIdle
 	checkedAt int64 // clock at the upkeep's last successful check, for CheckAfterIdle
@@ -80,6 +83,47 @@ func (l Lease[T]) Value() T {
 		panic("pool: Lease.Value called after the lease ended (Release, Discard or Detach), or on a zero Lease")
 	}
 	return l.e.value
+}
+
+// live returns the lease's entry, and panics, naming the method, when the
+// lease has ended or is the zero Lease.
+func (l Lease[T]) live(method string) *entry[T] {
+	if l.e == nil || l.e.gen.Load() != l.gen {
+		panic("pool: Lease." + method + " called after the lease ended (Release, Discard or Detach), or on a zero Lease")
+	}
+	return l.e
+}
+
+// CreatedAt returns when the item's creation finished, as time.Now would
+// have read then (with a monotonic reading, so time.Since is exact). It
+// panics when the lease has ended, as Value does.
+func (l Lease[T]) CreatedAt() time.Time {
+	e := l.live("CreatedAt")
+	return e.pool.started.Add(time.Duration(e.createdAt))
+}
+
+// IdleFor returns how long the item sat idle before this lease: from the
+// release that ended its previous lease (or from its creation, for an item
+// whose first lease gave up on it) to this lease. It is 0 for an item
+// created for this lease, and known only when the pool reads the clock on
+// release, which it does when Options.IdleTimeout, MaxLifetime or (with a
+// Preparer) CheckAfterIdle is set: otherwise it is always 0. It panics
+// when the lease has ended, as Value does.
+func (l Lease[T]) IdleFor() time.Duration {
+	e := l.live("IdleFor")
+	if !e.pool.stamp {
+		return 0
+	}
+	return time.Duration(e.idleFor)
+}
+
+// Uses returns how many leases the item has had, this one included: 1 for
+// a new item. It costs nothing: every lease of an item ends exactly once,
+// and the lease's handle counts them. It panics when the lease has ended,
+// as Value does.
+func (l Lease[T]) Uses() int {
+	l.live("Uses")
+	return int(l.gen) + 1
 }
 
 // Release gives the item back for reuse. Options.Reset runs first (an error

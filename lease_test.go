@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -199,4 +200,38 @@ func TestLifecycleDetachTakesItemOutOfPool(t *testing.T) {
 	s = p.Stats()
 	assert.Equal(t, uint64(1), s.Destroyed)
 	assertAtRest(t, p)
+}
+
+// CreatedAt, Uses and IdleFor describe the item (doc.go, "Leases and their
+// rules"); they panic on an ended lease, as Value does.
+func TestLeaseMetadata(t *testing.T) {
+	t.Run("with the clock read on release", func(t *testing.T) {
+		p, _ := newTracked(t, Options[*conn]{IdleTimeout: time.Hour})
+		clk := setFakeClock(p)
+		l := mustLease(t, p)
+		assert.Equal(t, 1, l.Uses())
+		assert.Zero(t, l.IdleFor(), "a new item")
+		created := l.CreatedAt()
+		assert.WithinDuration(t, time.Now(), created, time.Minute)
+		l.Release()
+		clk.advance(int64(5 * time.Second))
+		l = mustLease(t, p)
+		assert.Equal(t, 2, l.Uses())
+		assert.Equal(t, 5*time.Second, l.IdleFor())
+		assert.Equal(t, created, l.CreatedAt())
+		l.Release()
+		for _, f := range []func(){func() { l.Uses() }, func() { l.IdleFor() }, func() { l.CreatedAt() }} {
+			_, panicked := catchPanic(f)
+			assert.True(t, panicked, "on an ended lease")
+		}
+	})
+	t.Run("without", func(t *testing.T) {
+		p, _ := newTracked(t, Options[*conn]{})
+		for i := range 3 {
+			l := mustLease(t, p)
+			assert.Equal(t, i+1, l.Uses())
+			assert.Zero(t, l.IdleFor(), "IdleFor is 0 when the pool does not read the clock")
+			l.Release()
+		}
+	})
 }

@@ -39,12 +39,22 @@ type Options[T any] struct {
 	// "Conn.Pool").
 	Name string
 
-	// MinSize items are created by New, concurrently, and Clear refills the
-	// idle items to it. With UpkeepInterval set it is also a floor kept over
-	// time: the upkeep creates items until MinSize exist, and idle expiry
-	// never takes the pool below it. Default 0: every item is created on
-	// demand.
+	// MinSize items are created by New, concurrently (or in the background,
+	// with SeedInBackground), and Clear refills the idle items to it, in the
+	// background. With UpkeepInterval set it is also a floor kept over time:
+	// the upkeep creates items until MinSize exist, and idle expiry never
+	// takes the pool below it. Default 0: every item is created on demand.
 	MinSize int
+
+	// SeedInBackground makes New return without waiting for the MinSize
+	// items: they are created in the background, several at once, and a
+	// failed creation is logged and retried, backing off up to
+	// UpkeepInterval (30 s without the upkeep), until MinSize items exist or
+	// the pool closes. Leases meanwhile work as usual. A service so starts
+	// while its backend is down and keeps a warm floor once it is up. Off,
+	// New creates the MinSize items itself and fails with the first failed
+	// creation.
+	SeedInBackground bool
 
 	// MaxSize is the hard cap on items in existence: leased, idle, being
 	// created or being destroyed. Default DefaultMaxSize.
@@ -147,7 +157,18 @@ type Options[T any] struct {
 	Logger *slog.Logger `json:"-"`
 }
 
-// withDefaults returns o with the defaults filled in and checks the result.
+// Validate reports whether New would accept o: it runs exactly the checks
+// New runs on its options, after filling in the defaults, and returns the
+// error New would, which wraps ErrInvalidOptions and names the field; nil
+// when o is valid. A configuration reload can so be checked before any of
+// it is applied (with SetMaxSize, say). Validate does not change o.
+func (o Options[T]) Validate() error {
+	_, err := o.withDefaults()
+	return err
+}
+
+// withDefaults returns o with the defaults filled in and checks the result:
+// Validate's checks, and the ones New applies.
 func (o Options[T]) withDefaults() (Options[T], error) {
 	fields := o.fields()
 	for _, f := range fields {
@@ -268,6 +289,7 @@ func (o *Options[T]) fields() []optionField {
 		{name: "MaxLifetimeJitter", ptr: &o.MaxLifetimeJitter},
 		{name: "UpkeepInterval", ptr: &o.UpkeepInterval},
 		{name: "TrackLeaseSites", ptr: &o.TrackLeaseSites},
+		{name: "SeedInBackground", ptr: &o.SeedInBackground},
 	}
 }
 

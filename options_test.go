@@ -567,3 +567,22 @@ func TestOptionsFromConfigDocument(t *testing.T) {
 	assert.Equal(t, time.Minute, read.opts.IdleTimeout)
 	assert.Equal(t, time.Minute, write.opts.IdleTimeout)
 }
+
+// Validate runs New's checks (doc.go, "Configuration"): what New refuses,
+// Validate refuses with the same error.
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []Options[*conn]{
+		{MaxSize: -1},
+		{MinSize: 5, MaxSize: 4},
+		{LeaseTimeout: -time.Second},
+		{MaxLifetimeJitter: time.Second},
+	} {
+		err := o.Validate()
+		require.Error(t, err, "%+v", o)
+		assert.ErrorIs(t, err, ErrInvalidOptions)
+		_, newErr := New[*conn](context.Background(), &tracker{}, o)
+		assert.Equal(t, newErr, err, "New refuses it with the same error")
+	}
+	assert.NoError(t, Options[*conn]{}.Validate())
+	assert.NoError(t, Options[*conn]{MinSize: 2, MaxSize: 2, MaxLifetime: time.Hour, MaxLifetimeJitter: time.Minute}.Validate())
+}

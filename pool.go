@@ -42,8 +42,9 @@ type Pool[T any] struct {
 	// gate completes a lease as it is: the fast path.
 	judge, stamp, sites, plain bool
 
-	epoch int64        // monotime at New
-	clock func() int64 // test hook: nanoseconds since epoch; nil: the real clock
+	epoch   int64        // monotime at New
+	started time.Time    // time.Now at New, for Lease.CreatedAt
+	clock   func() int64 // test hook: nanoseconds since epoch; nil: the real clock
 
 	done   context.Context // canceled by Close: ends creations in flight
 	cancel context.CancelFunc
@@ -53,11 +54,11 @@ type Pool[T any] struct {
 	m     *metrics  // nil without a MeterProvider: see metrics.go
 	leaks *leakSink // what the entries' cleanups reach: see lease.go
 
-	// Made once (errExhausted again by SetMaxSize), so that a failing
-	// lease allocates nothing.
-	errExhausted atomic.Pointer[error]
-	errClosed    error
-	// resizing serializes SetMaxSize calls, so that errExhausted names the
+	// Made once (exhausted again by SetMaxSize), so that a failing lease
+	// allocates nothing.
+	exhausted atomic.Pointer[exhaustedErrs]
+	errClosed error
+	// resizing serializes SetMaxSize calls, so that exhausted names the
 	// size the last of them set.
 	resizing sync.Mutex
 
@@ -69,13 +70,17 @@ type Pool[T any] struct {
 	sweepAt    atomic.Int64
 
 	upkeep *upkeeper // nil without UpkeepInterval: see upkeep.go
+	tasks  tasks     // Clear's refills and the seeding in the background: see create.go
 }
 
 // New returns a pool that creates items with f, configured by opts, after
 // creating opts.MinSize items. It returns an error wrapping
-// ErrInvalidOptions when opts (or f) is invalid; when a factory call fails
-// while seeding, it destroys the items already created and returns that
-// error. ctx bounds only the seeding; New panics when it is nil.
+// ErrInvalidOptions when opts (or f) is invalid (see Options.Validate);
+// when a factory call fails while seeding, it destroys the items already
+// created and returns that error. ctx bounds only the seeding; New panics
+// when it is nil. With Options.SeedInBackground, New returns without
+// waiting for any creation: the MinSize items are created in the
+// background, and a failure there is logged and retried, never returned.
 func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], error) {
 	if ctx == nil {
 		panic(errNilContext)
@@ -83,10 +88,10 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	if isNil(f) {
 		return nil, fmt.Errorf("%w: the factory is nil", ErrInvalidOptions)
 	}
-	opts, err := opts.withDefaults()
-	if err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	opts, _ = opts.withDefaults()
 	m, err := newMetrics(opts.MeterProvider, opts.Name)
 	if err != nil {
 		return nil, err
@@ -99,6 +104,7 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		stamp:    opts.IdleTimeout > 0 || opts.MaxLifetime > 0 || opts.Preparer != nil && opts.CheckAfterIdle > 0,
 		sites:    opts.TrackLeaseSites,
 		epoch:    monotime(),
+		started:  time.Now(),
 		clock:    upkeepTestHooks.clock,
 		m:        m,
 	}
@@ -117,12 +123,17 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	p.sweepEvery = sweepPeriod(opts.IdleTimeout, opts.MaxLifetime)
 	p.sweepAt.Store(p.sweepEvery)
 	p.done, p.cancel = context.WithCancel(context.Background())
-	if err := p.seed(ctx); err != nil {
-		p.cancel()
-		return nil, err
+	if !opts.SeedInBackground {
+		if err := p.seed(ctx); err != nil {
+			p.cancel()
+			return nil, err
+		}
 	}
 	if opts.UpkeepInterval > 0 {
 		p.upkeep = startUpkeep(p)
+	}
+	if opts.SeedInBackground && opts.MinSize > 0 {
+		p.seedInBackground()
 	}
 	if m != nil {
 		// After seeding: the callback reads Stats, and seed fills the idle
@@ -188,7 +199,10 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 		s := &r.s[pid&r.mask]
 		// Load first: a miss then costs no locked instruction.
 		if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
-			if p.plain {
+			// An item from before the last Clear is never lent again
+			// (see retired): the one load and compare this costs is on a
+			// line that the take has read already.
+			if p.plain && e.era == r.era.Load() {
 				r.countLease(pid) // still pinned: see countLease
 				procUnpin()
 				return Lease[T]{e: e, gen: e.gen.Load()}, nil
@@ -211,6 +225,43 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 	return p.leaseSlow(ctx, e, w, a)
 }
 
+// Do leases an item, calls fn with it and ends the lease: Release when fn
+// returns, Discard when fn's error wraps ErrBroken (the item is broken:
+// destroy it, and make room for a fresh one) or when fn panics, in which
+// case the panic goes on once the item is discarded. It returns fn's error
+// as it is, or Lease's error when no item could be leased; ctx bounds the
+// lease only, not fn. Do panics when ctx is nil.
+//
+//	err := p.Do(ctx, func(c *Conn) error {
+//		if err := c.Send(msg); err != nil {
+//			return fmt.Errorf("send: %w: %w", pool.ErrBroken, err)
+//		}
+//		return nil
+//	})
+func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
+	l, err := p.lease(ctx, true)
+	if err != nil {
+		return err
+	}
+	if p.sites {
+		recordSite(l.e) // here, so that the stack walk starts right at Do's caller
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			l.Discard() // fn panicked, or called runtime.Goexit: the item may be half-used
+		}
+	}()
+	err = fn(l.Value())
+	returned = true
+	if errors.Is(err, ErrBroken) {
+		l.Discard()
+	} else {
+		l.Release()
+	}
+	return err
+}
+
 // leaseSlow finishes a lease that the fast path could not, after the gate's
 // admission a: it waits for a permit when the lease queued (w), then
 // obtains an item: e, when an idle one came with the permit, else another
@@ -218,13 +269,15 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission) (Lease[T], error) {
 	var waited time.Duration
 	switch a {
-	case admitted, admitRoom:
+	case admitted, admitRetired, admitRoom:
 	case refusedClosed:
 		return p.leaseFailed(ctx, errClosed, p.errClosed)
 	case refusedCanceled:
 		return p.leaseFailed(ctx, errCanceled, ctx.Err())
-	case refused:
-		return p.leaseFailed(ctx, errExhausted, *p.errExhausted.Load())
+	case refusedInUse:
+		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().inUse)
+	case refusedQueue:
+		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queue)
 	case queued:
 		var expired bool
 		var err error
@@ -327,6 +380,12 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 		if e == nil {
 			break
 		}
+		if p.retired(e) {
+			victim := e
+			e = nil
+			p.destroyLogged(victim, reasonClear)
+			continue
+		}
 		if !p.judge {
 			done = true
 			return e, 0, nil
@@ -354,6 +413,9 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 		}
 		if !expired {
 			done = true
+			if p.stamp {
+				e.idleFor = max(now-e.idleAt, 0)
+			}
 			return e, 0, nil
 		}
 		victim := e
@@ -384,6 +446,10 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 
 // release takes back the item of a lease that Release ended.
 func (p *Pool[T]) release(e *entry[T]) {
+	if p.retired(e) {
+		p.destroyAndFreeLogged(e, reasonClear)
+		return
+	}
 	if p.opts.Reset != nil && !p.reset(e) {
 		return
 	}
@@ -462,6 +528,10 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 // gate, to the oldest waiter or the idle queue. On a closed pool, or one
 // that holds more items than MaxSize after a shrink, it destroys the item.
 func (p *Pool[T]) giveBack(e *entry[T]) {
+	if p.retired(e) {
+		p.destroyAndFreeLogged(e, reasonClear)
+		return
+	}
 	if !p.g.slots.park(e) {
 		p.giveBackToGate(e)
 	}
@@ -470,6 +540,10 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 // giveBackToGate is giveBack without the slot: the item goes to the oldest
 // waiter or the idle queue, where the sweep and the upkeep see it.
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
+	if p.retired(e) {
+		p.destroyAndFreeLogged(e, reasonClear)
+		return
+	}
 	if !p.g.giveBack(e) {
 		p.destroyAndFreeLogged(e, p.refusedWhy())
 	}
@@ -495,37 +569,27 @@ func (p *Pool[T]) detach(e *entry[T]) T {
 	return v
 }
 
-// Clear destroys the idle items, then creates idle items until MinSize are
-// idle, as far as MaxSize allows. Leased items are untouched. Errors have
-// no caller to go to: they are counted and logged. A failed creation ends
-// the refill; leases create items on demand.
+// Clear retires every item in the pool, as a failover asks: it destroys the
+// idle items now, and every item leased when Clear is called, or being
+// created then, when its lease ends, instead of lending it again. Items
+// whose creation starts after Clear are untouched. Then it refills the
+// idle items to MinSize in the background, as far as MaxSize allows, within
+// CreateTimeout and until Close: Clear returns once the idle items are
+// destroyed, without waiting for the refill or for the leases. Errors
+// (and panics of the factory) have no caller to go to: they are counted
+// and logged. A panic of Destroy reaches the caller, once every idle item
+// is destroyed.
 func (p *Pool[T]) Clear() {
-	if err := p.destroyAll(p.g.drainIdle(), reasonClear); err != nil {
+	defer p.refill() // after a Destroy's panic or Goexit too
+	if err := p.destroyAll(p.g.clear(), reasonClear); err != nil {
 		p.warn("clear: destroy idle items", err)
-	}
-	for p.refillOne() {
 	}
 }
 
-// refillOne creates one idle item for Clear, if MinSize are not idle yet and
-// a permit is free.
-func (p *Pool[T]) refillOne() (more bool) {
-	if !p.g.tryAcquireRoom(p.opts.MinSize, idleItems) {
-		return false
-	}
-	var e *entry[T]
-	defer func() {
-		if e == nil {
-			p.g.free() // failed, panicked or Goexit: the permit goes back
-		}
-	}()
-	var err error
-	if e, err = p.createDetached(context.Background()); err != nil {
-		p.warn("clear: refill to MinSize", err)
-		return false
-	}
-	p.giveBack(e)
-	return true
+// retired reports whether e was created, or began its creation, before the
+// last Clear: then it is destroyed where it would go idle or be lent.
+func (p *Pool[T]) retired(e *entry[T]) bool {
+	return e.era != p.g.slots.era.Load()
 }
 
 // Close closes the pool: new leases fail with ErrClosed, every waiting
@@ -537,49 +601,54 @@ func (p *Pool[T]) refillOne() (more bool) {
 // item is destroyed on release. Close is idempotent: later calls do nothing
 // and return nil.
 func (p *Pool[T]) Close() error {
-	_, err := p.close(context.Background())
-	return err
+	return p.close(context.Background())
 }
 
-// close is Close, with ctx bounding the wait for the upkeep's round under
-// way; stopped reports that no callback of the upkeep runs any more (false
-// only when ctx ended first, and on a pool another call is closing).
-func (p *Pool[T]) close(ctx context.Context) (stopped bool, err error) {
+// close is Close, with ctx bounding its wait for the background work.
+func (p *Pool[T]) close(ctx context.Context) error {
 	es, first := p.g.close()
 	if !first {
-		return false, nil
+		return nil
 	}
 	p.cancel()
-	stopped = true
 	if p.upkeep != nil {
-		stopped = p.upkeep.stop(ctx) == nil
+		p.upkeep.stop()
 	}
+	p.tasks.stop()
+	_ = p.waitBackground(ctx) // Shutdown reports it
 	var unreg error
 	if p.m != nil {
 		unreg = p.m.unregister()
 	}
-	return stopped, errors.Join(p.destroyAll(es, reasonClose), unreg)
+	return errors.Join(p.destroyAll(es, reasonClose), unreg)
+}
+
+// waitBackground waits, after Close, until no callback of the pool's own
+// work (the upkeep, Clear's refills, the seeding) runs, or ctx ends.
+func (p *Pool[T]) waitBackground(ctx context.Context) error {
+	if p.upkeep != nil {
+		if err := p.upkeep.wait(ctx); err != nil {
+			return err
+		}
+	}
+	return p.tasks.wait(ctx)
 }
 
 // Shutdown closes the pool, then waits until every lease has ended, every
-// creation has finished and the upkeep has stopped, or until ctx ends, when
-// it returns ctx.Err(). A leaked lease never ends, so only ctx ends such a
-// Shutdown; so does a Shutdown called from a callback of the upkeep (a
-// Preparer, factory or Destroy it runs), which waits for the item that
-// callback holds. On a pool that has drained, Shutdown returns nil (plus
-// Close's errors) even when ctx has already ended. Errors from Close are
-// joined to the result. Shutdown panics when ctx is nil.
+// creation has finished and the pool's background work has stopped, or
+// until ctx ends, when it returns ctx.Err(). A leaked lease never ends, so
+// only ctx ends such a Shutdown; so does a Shutdown called from a callback
+// of the upkeep (a Preparer, factory or Destroy it runs), which waits for
+// the item that callback holds. On a pool that has drained, Shutdown
+// returns nil (plus Close's errors) even when ctx has already ended. Errors
+// from Close are joined to the result. Shutdown panics when ctx is nil.
 func (p *Pool[T]) Shutdown(ctx context.Context) error {
 	if ctx == nil {
 		panic(errNilContext)
 	}
-	stopped, err := p.close(ctx)
-	if !stopped && p.upkeep != nil {
-		select {
-		case <-p.upkeep.done:
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		}
+	err := p.close(ctx)
+	if werr := p.waitBackground(ctx); werr != nil {
+		return errors.Join(err, werr)
 	}
 	drained := p.g.whenDrained()
 	select {
@@ -623,8 +692,14 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 	return nil
 }
 
-// setErrExhausted makes the error a refused TryLease returns, naming size.
+// exhaustedErrs are the errors a refused TryLease returns: every item in
+// use, or other leases waiting already.
+type exhaustedErrs struct{ inUse, queue error }
+
+// setErrExhausted makes the errors a refused TryLease returns, naming size.
 func (p *Pool[T]) setErrExhausted(size int) {
-	err := fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d), or other leases are waiting", ErrExhausted, p.opts.Name, size)
-	p.errExhausted.Store(&err)
+	p.exhausted.Store(&exhaustedErrs{
+		inUse: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, p.opts.Name, size),
+		queue: fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, p.opts.Name, size),
+	})
 }

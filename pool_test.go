@@ -307,22 +307,24 @@ func TestClearDuringLeases(t *testing.T) {
 
 	p.Clear()
 	assert.True(t, idle.closed.Load(), "the idle item was destroyed")
+	awaitBackground(t, p)
 	s := p.Stats()
-	assert.Equal(t, 2, s.ActiveLeases, "leased items are untouched")
+	assert.Equal(t, 2, s.ActiveLeases, "leased items are still out")
 	assert.Equal(t, 2, s.ItemsAvailable, "refilled to MinSize: 2 permits were free")
 	for _, l := range leases {
-		assert.False(t, l.Value().closed.Load())
+		assert.False(t, l.Value().closed.Load(), "a leased item is not destroyed under its lease")
 	}
 	assert.LessOrEqual(t, tr.peak.Load(), int64(4))
 
-	// Now 2 leased + 2 idle: Clear destroys both idle and may refill both.
-	p.Clear()
-	assert.Equal(t, 2, p.Stats().ItemsAvailable)
+	// Their leases end: they are retired, not made idle again.
 	for _, l := range leases {
+		c := l.Value()
 		l.Release()
+		assert.True(t, c.closed.Load(), "an item leased at Clear is destroyed when its lease ends")
 	}
 	s = p.Stats()
-	assert.Equal(t, 4, s.ItemsAvailable)
+	assert.Equal(t, 2, s.ItemsAvailable)
+	assert.Zero(t, s.ActiveLeases)
 	assert.Equal(t, s.Created, s.Destroyed+uint64(s.ItemsAllocated))
 }
 
@@ -335,6 +337,7 @@ func TestClearRefillIsCappedByFreePermits(t *testing.T) {
 		leases = append(leases, l)
 	}
 	p.Clear() // 1 idle destroyed; only 1 permit free: refill 1, not 3
+	awaitBackground(t, p)
 	s := p.Stats()
 	assert.Equal(t, 1, s.ItemsAvailable)
 	assert.Equal(t, 3, s.ItemsAllocated)
@@ -680,4 +683,166 @@ func TestSetMaxSizeUnderLoad(t *testing.T) {
 	assert.Equal(t, 8, s.MaxSize)
 	assert.LessOrEqual(t, tr.peak.Load(), int64(16))
 	t.Logf("%d leases through the resizes; created %d, destroyed %d", s.Leases, s.Created, s.Destroyed)
+}
+
+// Clear retires the items leased when it is called (doc.go, "Lifecycle of
+// an item"): they are destroyed when their lease ends, not lent again; an
+// item created after Clear is untouched.
+func TestClearRetiresLeasedItems(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 4})
+	a, b := mustLease(t, p), mustLease(t, p)
+	idle := mustLease(t, p)
+	idle.Release()
+	p.Clear()
+	s := p.Stats()
+	assert.Zero(t, s.ItemsAvailable, "the idle item was destroyed now")
+	assert.EqualValues(t, 2, tr.live.Load(), "the leased ones are still in use")
+
+	after := mustLease(t, p) // created after Clear
+	a.Release()
+	b.Discard()
+	assert.EqualValues(t, 1, tr.live.Load(), "a and b were destroyed as their leases ended")
+	item := after.Value()
+	after.Release()
+	again := mustLease(t, p)
+	assert.Same(t, item, again.Value(), "an item created after Clear is lent again")
+	again.Release()
+	assert.EqualValues(t, 3, p.Stats().Destroyed)
+}
+
+// An item whose creation began before Clear is retired too: here the
+// factory is still dialing when Clear is called.
+func TestClearRetiresAnItemBeingCreated(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 2})
+	block := make(chan struct{})
+	tr.mu.Lock()
+	tr.block = block
+	tr.mu.Unlock()
+	got := leaseAsync(context.Background(), p)
+	require.Eventually(t, func() bool { return tr.live.Load() == 1 }, testWait, time.Millisecond, "the dial began")
+	p.Clear()
+	close(block)
+	o := awaitLease(t, got)
+	require.NoError(t, o.err)
+	o.l.Release()
+	assert.Zero(t, tr.live.Load(), "the item created across Clear was destroyed on release")
+}
+
+// Clear does not wait for the refill to MinSize: with a factory that hangs
+// and no CreateTimeout, it still returns at once, and Close ends the refill.
+func TestClearReturnsWithoutWaitingForTheRefill(t *testing.T) {
+	tr := &tracker{}
+	p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 2, MaxSize: 4, Destroy: tr.destroy})
+	require.NoError(t, err)
+	tr.mu.Lock()
+	tr.block = make(chan struct{}) // every dial from now on hangs until its ctx ends
+	tr.mu.Unlock()
+	start := time.Now()
+	p.Clear()
+	took := time.Since(start)
+	t.Logf("Clear returned after %v", took)
+	assert.Less(t, took, 100*time.Millisecond, "Clear waited for the refill")
+	require.Eventually(t, func() bool { return tr.live.Load() >= 1 }, testWait, time.Millisecond, "the refill dials in the background")
+	require.NoError(t, p.Close())
+	assert.Zero(t, tr.live.Load(), "Close ended the refill's dials, and nothing is left")
+}
+
+// Under load, with Clear called again and again: no item leased before a
+// Clear began is lent after that Clear returned, and the cap holds
+// throughout.
+func TestClearUnderLoadNeverLendsARetiredItem(t *testing.T) {
+	const workers, maxSize = 64, 8
+	p, tr := newTracked(t, Options[*conn]{MinSize: 2, MaxSize: maxSize, LeaseTimeout: testWait})
+	var (
+		started, finished atomic.Int64 // Clear calls begun and returned
+		mu                sync.Mutex
+		leasedBefore      = map[*conn]int64{} // item → Clears begun by the time its last lease returned
+		violations        atomic.Int64
+	)
+	deadline := time.Now().Add(time.Second)
+	if testing.Short() {
+		deadline = time.Now().Add(200 * time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				doneBefore := finished.Load()
+				l, err := p.Lease(context.Background())
+				if !assert.NoError(t, err) {
+					return
+				}
+				c := l.Value()
+				mu.Lock()
+				if prev, ok := leasedBefore[c]; ok && doneBefore > prev {
+					violations.Add(1)
+				}
+				leasedBefore[c] = started.Load()
+				mu.Unlock()
+				if c.inUse.Swap(true) {
+					t.Error("an item is held by two leases")
+				}
+				time.Sleep(10 * time.Microsecond)
+				c.inUse.Store(false)
+				l.Release()
+			}
+		}()
+	}
+	for time.Now().Before(deadline) {
+		started.Add(1)
+		p.Clear()
+		finished.Add(1)
+		checkInvariants(t, p, func() int64 { return tr.live.Load() })
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	assert.Zero(t, violations.Load(), "items leased before a Clear were lent after it")
+	t.Logf("%d Clears, %d items created", finished.Load(), tr.created.Load())
+}
+
+// Do releases the item when fn returns, discards it when fn's error wraps
+// ErrBroken or fn panics, and returns fn's error as it is.
+func TestDo(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 1})
+	var first *conn
+	require.NoError(t, p.Do(context.Background(), func(c *conn) error { first = c; return nil }))
+	errPlain := errors.New("a reply the caller did not like")
+	err := p.Do(context.Background(), func(c *conn) error {
+		assert.Same(t, first, c, "the released item is lent again")
+		return errPlain
+	})
+	assert.Same(t, errPlain, err, "fn's error, as it is")
+	assert.EqualValues(t, 1, tr.live.Load(), "a plain error keeps the item")
+
+	err = p.Do(context.Background(), func(*conn) error { return fmt.Errorf("send: %w: %w", ErrBroken, errPlain) })
+	assert.ErrorIs(t, err, ErrBroken)
+	assert.Zero(t, tr.live.Load(), "a broken item is destroyed")
+
+	v, panicked := catchPanic(func() { _ = p.Do(context.Background(), func(*conn) error { panic("fn panicked") }) })
+	assert.True(t, panicked)
+	assert.Equal(t, "fn panicked", v, "the panic goes on")
+	s := p.Stats()
+	assert.Zero(t, s.ActiveLeases, "the item was discarded: %+v", s)
+	assert.Zero(t, tr.live.Load())
+
+	require.NoError(t, p.Close())
+	assert.ErrorIs(t, p.Do(context.Background(), func(*conn) error { return nil }), ErrClosed, "Lease's error")
+}
+
+// TryLease says which case refused it.
+func TestTryLeaseSaysWhyItWasRefused(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1, Name: "mail"})
+	l := mustLease(t, p)
+	_, err := p.TryLease(context.Background())
+	assert.EqualError(t, err, `pool: exhausted: pool "mail": every item is in use (MaxSize 1)`)
+	got := leaseAsync(context.Background(), p)
+	waitQueued(t, p, 1)
+	_, err = p.TryLease(context.Background())
+	assert.EqualError(t, err, `pool: exhausted: pool "mail": other leases are waiting for an item (MaxSize 1), and TryLease does not wait behind them`)
+	l.Release()
+	o := awaitLease(t, got)
+	require.NoError(t, o.err)
+	o.l.Release()
 }

@@ -116,6 +116,11 @@ type slots[T any] struct {
 type slotsHeader struct {
 	mask   int // len(s) - 1
 	bypass atomic.Bool
+	// era counts the calls of Clear: an entry whose era is older was
+	// created, or began its creation, before the last Clear, and is
+	// retired instead of lent or made idle again. It sits here, on the
+	// line every lease and release reads anyway, written once a Clear.
+	era atomic.Uint64
 	// overflowLeases, overflowWaits and overflowWaitTime count for the
 	// processors past the row's end (GOMAXPROCS grew after init): see
 	// countLease.

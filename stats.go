@@ -65,6 +65,11 @@ type Stats struct {
 	// DestroyErrors counts Destroy calls that returned an error or
 	// panicked. Each such item still counts as destroyed.
 	DestroyErrors uint64
+	// CreateErrors counts factory calls that failed: returned an error (or
+	// a nil item), panicked or called runtime.Goexit, whoever made them (a
+	// lease, New, the upkeep, Clear's refill, the seeding in the
+	// background).
+	CreateErrors uint64
 
 	// Leaked counts the leaked leases the garbage collector has found: ones
 	// that became unreachable without Release, Discard or Detach. A leaked
@@ -77,7 +82,7 @@ type Stats struct {
 // that no lease writes on its way: those (Leases, Waits, WaitTime) are kept
 // per processor in the idle ring's slots.
 type counters struct {
-	timeouts, canceled, prepareFail atomic.Uint64
+	timeouts, canceled, prepareFail, createFails atomic.Uint64
 
 	// The item counts change only under mu, and Stats reads them under it,
 	// so that every snapshot keeps the relations Stats promises between
@@ -107,6 +112,7 @@ func (p *Pool[T]) Stats() Stats {
 		Timeouts:       p.c.timeouts.Load(),
 		Canceled:       p.c.canceled.Load(),
 		PrepareFailed:  p.c.prepareFail.Load(),
+		CreateErrors:   p.c.createFails.Load(),
 		Leaked:         p.leaks.leaked.Load(),
 	}
 	p.c.mu.Lock()

@@ -507,3 +507,12 @@ func catchGoexit(f func()) (goexited bool) {
 	<-done
 	return goexited
 }
+
+// awaitBackground waits until the pool's background creations (Clear's
+// refill, the seeding) have ended.
+func awaitBackground[T any](t testing.TB, p *Pool[T]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	require.NoError(t, p.tasks.wait(ctx), "the background creations to end")
+}

@@ -3,8 +3,6 @@ package pool
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -54,18 +52,20 @@ func startUpkeep[T any](p *Pool[T]) *upkeeper {
 	return u
 }
 
-// stop ends the upkeep: no round starts after it is called. It waits for
-// the round under way, if any, so that when it returns no callback of the
-// upkeep runs; its creations and checks are canceled with the pool's
-// context, so a factory or Preparer that ignores its ctx delays stop until
-// it returns (or CreateTimeout, PreparationTimeout). ctx bounds the wait:
-// when ctx ends first, stop returns ctx.Err() and the round finishes on
-// its own. Called from a callback of the round under way (a Preparer,
-// factory or Destroy that calls Close), stop cannot wait for its own
+// stop ends the upkeep: no round starts after it. Close calls it once;
+// wait then waits for the round under way.
+func (u *upkeeper) stop() { close(u.quit) }
+
+// wait waits, after stop, until no callback of the upkeep runs: for the
+// round under way, if any. Its creations and checks are canceled with the
+// pool's context, so a factory or Preparer that ignores its ctx delays wait
+// until it returns (or CreateTimeout, PreparationTimeout). ctx bounds the
+// wait: when ctx ends first, wait returns ctx.Err() and the round finishes
+// on its own. Called from a callback of the round under way (a Preparer,
+// factory or Destroy that calls Close), wait cannot wait for its own
 // caller: it returns at once, and the upkeep returns once the callback
 // does.
-func (u *upkeeper) stop(ctx context.Context) error {
-	close(u.quit)
+func (u *upkeeper) wait(ctx context.Context) error {
 	if id := goroutineID(); id != 0 && id == u.gid.Load() {
 		return nil
 	}
@@ -174,7 +174,7 @@ func (p *Pool[T]) upkeepRound() (ok bool) {
 	if p.opts.Preparer != nil && p.opts.CheckAfterIdle > 0 {
 		p.checkIdle(now)
 	}
-	return p.fillToMinSize()
+	return p.fill(allItems, "upkeep")
 }
 
 // checkIdle runs the Preparer on each idle item that sat idle at least
@@ -222,41 +222,6 @@ func (p *Pool[T]) checkOne(e *entry[T]) (err error) {
 	err = p.prepare(p.done, e)
 	returned = true
 	return err
-}
-
-// fillToMinSize creates items until MinSize exist, as far as MaxSize
-// allows and while no lease waits. It reports false when a creation failed.
-func (p *Pool[T]) fillToMinSize() bool {
-	for p.g.tryAcquireRoom(p.opts.MinSize, allItems) {
-		if !p.createIdle() {
-			return false
-		}
-	}
-	return true
-}
-
-// createIdle creates an item for a permit the caller holds and puts it
-// idle; on failure (logged), panic or Goexit it frees the permit and
-// reports false.
-func (p *Pool[T]) createIdle() (ok bool) {
-	var e *entry[T]
-	defer func() {
-		if e == nil {
-			if v := recover(); v != nil {
-				p.warn("upkeep: create item", fmt.Errorf("pool %q: create item: the factory panicked: %w", p.opts.Name, asError(newPanicError(v))))
-			}
-			p.g.free()
-		}
-	}()
-	var err error
-	if e, err = p.createDetached(context.Background()); err != nil {
-		if !errors.Is(err, ErrClosed) { // Close canceled it: nothing went wrong
-			p.warn("upkeep: create item", err)
-		}
-		return false
-	}
-	p.quietly(func() { p.giveBackToGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
-	return true
 }
 
 // goroutineID returns the id of the calling goroutine, read from the first

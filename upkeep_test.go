@@ -143,7 +143,7 @@ func TestUpkeepCreatesUpToMinSizeAndBacksOff(t *testing.T) {
 	p.opts.MinSize = 3 // as if New had seeded nothing: the floor is the upkeep's to keep
 	tr.setFail(errBoom)
 	assert.False(t, p.upkeepRound(), "a failed creation reports the round failed")
-	assert.Contains(t, log.String(), `msg="pool: upkeep: create item" pool.name=conn.Pool err="pool \"conn.Pool\": create item: boom"`)
+	assert.Contains(t, log.String(), `msg="pool: upkeep: create item" pool.name=conn.Pool err="create item: boom"`)
 	assert.Zero(t, p.Stats().ActiveLeases, "the failed creation gave its room back")
 
 	tr.setFail(nil)

@@ -45,25 +45,18 @@ func main() {
 	defer p.Close()
 
 	for _, msg := range []string{"hello", "world", "quit", "again"} {
-		reply, err := request(context.Background(), p, msg)
+		var reply string
+		err := p.Do(context.Background(), func(c net.Conn) error {
+			var err error
+			if reply, err = roundTrip(c, msg, time.Now().Add(5*time.Second)); err != nil {
+				return fmt.Errorf("%w: %w", pool.ErrBroken, err) // close it rather than lend it again
+			}
+			return nil
+		}) // Do leased a connection, and gave it back (or closed it, when broken)
 		fmt.Printf("%s -> %q, error: %v\n", msg, reply, err)
 	}
 	s := p.Stats()
 	fmt.Printf("%d leases, %d connections dialed, %d closed\n", s.Leases, s.Created, s.Destroyed)
-}
-
-// request sends msg on a pooled connection and returns the reply.
-func request(ctx context.Context, p *pool.Pool[net.Conn], msg string) (string, error) {
-	l, err := p.Lease(ctx)
-	if err != nil {
-		return "", err // ErrLeaseTimeout, ctx.Err(), or the dial's error
-	}
-	defer l.Release() // give it back for reuse; does nothing after Discard
-	reply, err := roundTrip(l.Value(), msg, time.Now().Add(5*time.Second))
-	if err != nil {
-		l.Discard() // broken: close it rather than lend it again
-	}
-	return reply, err
 }
 
 // roundTrip writes one line and reads the line that comes back.

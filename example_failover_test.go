@@ -1,0 +1,145 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"time"
+
+	"github.com/msl-armory/pool"
+)
+
+// ExamplePool_Do sends on a pooled connection without handling the lease:
+// Do gives the connection back, or closes it when the send says it is
+// broken.
+func ExamplePool_Do() {
+	p, err := pool.New(context.Background(), &exServer{}, pool.Options[*exConn]{MaxSize: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	errConnReset := errors.New("connection reset by peer")
+	for i, fail := range []bool{false, true, false} {
+		err := p.Do(context.Background(), func(c *exConn) error {
+			if fail {
+				return fmt.Errorf("send %d: %w: %w", i, pool.ErrBroken, errConnReset)
+			}
+			return c.Send(fmt.Sprintf("message %d", i))
+		})
+		if err != nil {
+			fmt.Println("error:", err)
+		}
+	}
+	// Output:
+	// conn 1: message 0
+	// conn 1: closed
+	// error: send 1: pool: item broken: connection reset by peer
+	// conn 2: message 2
+	// conn 2: closed
+}
+
+// ExampleLease_Uses recycles a connection after three uses: a server that
+// leaks memory per session, say.
+func ExampleLease_Uses() {
+	p, err := pool.New(context.Background(), &exServer{}, pool.Options[*exConn]{MaxSize: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	const maxUses = 3
+	for range 4 {
+		l, err := p.Lease(context.Background())
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("conn %d, use %d\n", l.Value().id, l.Uses())
+		if l.Uses() >= maxUses {
+			l.Discard() // used enough: close it, the next lease dials anew
+		} else {
+			l.Release()
+		}
+	}
+	// Output:
+	// conn 1, use 1
+	// conn 1, use 2
+	// conn 1, use 3
+	// conn 1: closed
+	// conn 2, use 1
+	// conn 2: closed
+}
+
+// ExampleLease_IdleFor pings only a connection that sat idle long enough for
+// the server to have dropped it. IdleFor is known because IdleTimeout makes
+// the pool read the clock on release.
+func ExampleLease_IdleFor() {
+	p, err := pool.New(context.Background(), &exServer{}, pool.Options[*exConn]{
+		MaxSize:     1,
+		IdleTimeout: time.Hour,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	const pingAfter = 20 * time.Millisecond
+	for _, pause := range []time.Duration{0, 50 * time.Millisecond} {
+		time.Sleep(pause)
+		l, err := p.Lease(context.Background())
+		if err != nil {
+			log.Fatal(err)
+		}
+		if l.IdleFor() >= pingAfter {
+			fmt.Println("idle long enough: ping it first")
+		} else {
+			fmt.Println("fresh enough: use it as it is")
+		}
+		l.Release()
+	}
+	// Output:
+	// fresh enough: use it as it is
+	// idle long enough: ping it first
+	// conn 1: closed
+}
+
+// ExampleOptions_seedInBackground starts a pool while its backend is down:
+// New returns at once, and the MinSize connections appear once the backend
+// is up.
+func ExampleOptions_seedInBackground() {
+	type conn struct{ id int } // stands in for a database connection
+	var mu sync.Mutex
+	up := false
+	dial := pool.FactoryFunc[*conn](func(context.Context) (*conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !up {
+			return nil, errors.New("connection refused")
+		}
+		return &conn{}, nil
+	})
+	p, err := pool.New(context.Background(), dial, pool.Options[*conn]{
+		MinSize:          2,
+		MaxSize:          4,
+		SeedInBackground: true,
+		UpkeepInterval:   50 * time.Millisecond, // also bounds the retries' backoff
+	})
+	if err != nil {
+		log.Fatal(err) // not for a backend that is down
+	}
+	defer p.Close()
+	fmt.Println("started, with", p.Stats().ItemsAvailable, "connections")
+
+	mu.Lock()
+	up = true // the backend comes up
+	mu.Unlock()
+	for p.Stats().ItemsAvailable < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("the floor is there:", p.Stats().ItemsAvailable, "connections")
+	// Output:
+	// started, with 0 connections
+	// the floor is there: 2 connections
+}
