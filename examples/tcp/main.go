@@ -6,7 +6,10 @@
 //     healthy ones without an error: the pool's Preparer finds each closed
 //     connection and redials it in place;
 //  3. the server is down: leases fail fast with the dial error;
-//  4. the server is back on the same address, and the pool recovers.
+//  4. the server is back on the same address, and the pool recovers;
+//  5. a second pool starts while the server is down, with SeedInBackground:
+//     New returns at once, and its MinSize connections are dialed in the
+//     background once the server is up.
 //
 // Run it with
 //
@@ -89,6 +92,7 @@ func run(w io.Writer) error {
 		t.dropped,
 		t.down,
 		t.back,
+		t.startWhileDown,
 		t.closing,
 	} {
 		if i > 0 {
@@ -258,6 +262,56 @@ func (t *tour) back(ctx context.Context) error {
 	}
 	t.printf("dials since the restart: %d\n", t.d.dials.Load()-dials)
 	return nil
+}
+
+// startWhileDown: with the server down, a pool with MinSize 2 and
+// SeedInBackground starts at once; once the server listens again, the
+// pool has its two connections, dialed in the background.
+func (t *tour) startWhileDown(ctx context.Context) error {
+	t.printf("--- 5. A pool that starts while the server is down ---\n")
+	t.srv.stop()
+	t.printf("server: stopped\n")
+	p, err := pool.New[*client](ctx, &dialer{addr: t.srv.addr}, pool.Options[*client]{
+		Name:             "warm",
+		MinSize:          2,
+		MaxSize:          3,
+		SeedInBackground: true,                   // New does not wait for the server
+		UpkeepInterval:   100 * time.Millisecond, // also bounds the backoff of the retries
+		CreateTimeout:    2 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	t.printf("New returned: %d of MinSize 2 connections\n", p.Stats().ItemsAvailable)
+	wctx, cancel := context.WithTimeout(ctx, waitBound)
+	defer cancel()
+	for p.Stats().CreateErrors == 0 { // a dial has been refused
+		if err := sleep(wctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
+	if err := t.srv.start(); err != nil {
+		return err
+	}
+	t.printf("server: listening again\n")
+	for p.Stats().ItemsAvailable < 2 {
+		if err := sleep(wctx, time.Millisecond); err != nil {
+			return fmt.Errorf("the floor never appeared: %w", err)
+		}
+	}
+	t.printf("the floor is there: %d idle connections, dialed in the background; refused dials were retried\n", p.Stats().ItemsAvailable)
+	return p.Close()
+}
+
+// sleep waits for d, or returns ctx's error.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 // closing: Close closes every client; the server sees them all go.

@@ -49,6 +49,12 @@ request "back 2": reply "conn 7: BACK 2"
 request "back 3": reply "conn 7: BACK 3"
 dials since the restart: 1
 
+--- 5. A pool that starts while the server is down ---
+server: stopped
+New returned: 0 of MinSize 2 connections
+server: listening again
+the floor is there: 2 idle connections, dialed in the background; refused dials were retried
+
 --- Close ---
 server connections open: 0
 stats: 21 leases, 4 created, 4 destroyed, 3 failed preparation
@@ -69,7 +75,7 @@ func TestRunKeyFacts(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, run(&buf))
 	sections := strings.SplitAfter(buf.String(), "\n\n")
-	require.Len(t, sections, 5, "one paragraph per phase, and Close")
+	require.Len(t, sections, 6, "one paragraph per phase, and Close")
 
 	for _, tc := range []struct {
 		section int
@@ -101,7 +107,11 @@ func TestRunKeyFacts(t *testing.T) {
 			`request "back 3": reply "conn 7: BACK 3"`,
 			"dials since the restart: 1\n",
 		}},
-		{4, "Close closes every connection", []string{
+		{4, "a pool with SeedInBackground starts while the server is down and fills its floor later", []string{
+			"New returned: 0 of MinSize 2 connections\n",
+			"the floor is there: 2 idle connections, dialed in the background",
+		}},
+		{5, "Close closes every connection", []string{
 			"server connections open: 0\n",
 			"4 created, 4 destroyed",
 		}},
