@@ -27,12 +27,12 @@ import (
 type upkeeper struct {
 	quit chan struct{} // closed by stop
 	done chan struct{} // closed when the last goroutine of the upkeep has returned
-	// round is held while a round runs, so that stop can tell a round under
+	// round is held while a round runs, so that wait can tell a round under
 	// way, whose callbacks it must wait for, from a goroutine about to see
 	// quit.
 	round sync.Mutex
 	// gid is the id of the goroutine that runs the rounds now: a new one
-	// takes over after a callback calls runtime.Goexit. See stop.
+	// takes over after a callback calls runtime.Goexit. See wait.
 	gid atomic.Uint64
 }
 
