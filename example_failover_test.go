@@ -109,7 +109,7 @@ func ExampleLease_IdleFor() {
 // New returns at once, and the MinSize connections appear once the backend
 // is up.
 func ExampleOptions_seedInBackground() {
-	type conn struct{ id int } // stands in for a database connection
+	type conn struct{ _ int } // stands in for a database connection
 	var mu sync.Mutex
 	up := false
 	dial := pool.FactoryFunc[*conn](func(context.Context) (*conn, error) {
