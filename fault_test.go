@@ -37,20 +37,24 @@ import (
 // ftInClear reports whether Pool.Clear is on the calling goroutine's stack.
 func ftInClear() bool { return ftOnStack(").Clear") }
 
-// ftInBackground reports whether the calling goroutine creates an item on
-// the pool's own account (Clear's refill in the background, the upkeep):
-// nobody waits for that creation, and its exits are logged, never raised
+// ftInBackground reports whether the calling goroutine runs user code on
+// the pool's own account: a creation of Clear's refill in the background
+// (or the upkeep's), the hand-over of a creation its caller gave up on (a
+// Destroy there, of an item Clear retired meanwhile), or a sweep for
+// expiry. Nobody waits for those, and their exits are logged, never raised
 // (doc.go, "Waiting and errors").
-func ftInBackground() bool { return ftOnStack(").createIdle") }
+func ftInBackground() bool {
+	return ftOnStack(").createIdle", ").adopt", ").destroyExpired")
+}
 
-// ftOnStack reports whether a function whose name ends in suffix is on the
-// calling goroutine's stack.
-func ftOnStack(suffix string) bool {
+// ftOnStack reports whether a function whose name ends in one of suffixes
+// is on the calling goroutine's stack.
+func ftOnStack(suffixes ...string) bool {
 	pcs := make([]uintptr, 64)
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
 	for {
 		fr, more := frames.Next()
-		if strings.HasSuffix(fr.Function, suffix) {
+		if slices.ContainsFunc(suffixes, func(s string) bool { return strings.HasSuffix(fr.Function, s) }) {
 			return true
 		}
 		if !more {
@@ -128,7 +132,7 @@ type ftFigures struct {
 	ops, leases, injected, exitsSeen int64
 	// The exits no caller saw: of creations whose callers had given up,
 	// of Destroy inside a Clear after the first one, and of the pool's own
-	// creations (Clear's refill in the background).
+	// work (Clear's refill, an abandoned creation's hand-over, a sweep).
 	exitsAbandoned, exitsClear, exitsBackground             int64
 	faultErrs, ctxErrs, prepTimeouts, hangsByCtx, exhausted int64
 	checks                                                  int64
@@ -243,7 +247,7 @@ func ftRunCase(t *testing.T, hc ftHookCase, kind faultKind) ftFigures {
 		// when Destroy panics, and raises the first panic only (doc.go,
 		// "Waiting and errors"); a Goexit ends it once.
 		assert.Equal(t, fig.injected, fig.exitsSeen+fig.exitsAbandoned+fig.exitsClear+fig.exitsBackground,
-			"exits injected = seen by callers + of abandoned creations + not raised again by Clear + of the pool's own creations")
+			"exits injected = seen by callers + of abandoned creations + not raised again by Clear + of the pool's own work")
 	}
 	switch {
 	case (hc.hook == onIsReady || hc.hook == onPrepare) && (kind == faultFail || kind == faultHang):
@@ -261,7 +265,7 @@ func ftRunCase(t *testing.T, hc ftHookCase, kind faultKind) ftFigures {
 	assert.Zero(t, f.violations.Load(), "violations found during the load")
 	ftCheckWhole(t, p, f)
 	t.Logf("%v/%v: %d operations (%d leases), %d faults injected, %d exits seen by callers (%s; "+
-		"not seen: %d of abandoned creations, %d later ones in a Clear, %d of the pool's own creations), "+
+		"not seen: %d of abandoned creations, %d later ones in a Clear, %d of the pool's own work), "+
 		"%d injected errors returned (%d preparation timeouts, %d preparer hangs ended by the caller's ctx), "+
 		"%d caller ctx errors, %d exhausted; %d invariant checks",
 		hc.hook, kind, fig.ops, fig.leases, fig.injected, fig.exitsSeen, r.exitsBySite(), fig.exitsAbandoned, fig.exitsClear, fig.exitsBackground,
@@ -332,8 +336,8 @@ type ftRun struct {
 	// clearUnraised those that Clear did not raise: all but the first of
 	// each Clear.
 	clearExits, clearUnraised atomic.Int64
-	// backgroundExits counts the exits of the pool's own creations (Clear's
-	// refill), which nobody sees: they are logged.
+	// backgroundExits counts the exits of user code the pool runs on its
+	// own account (see ftInBackground), which nobody sees: they are logged.
 	backgroundExits atomic.Int64
 
 	mu sync.Mutex

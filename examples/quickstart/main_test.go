@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 // dials a second one.
 const golden = `hello -> "HELLO", error: <nil>
 world -> "WORLD", error: <nil>
-quit -> "", error: EOF
+quit -> "", error: pool: item broken: EOF
 again -> "AGAIN", error: <nil>
 4 leases, 2 connections dialed, 1 closed
 `
