@@ -100,6 +100,14 @@ func BenchmarkLeaseRelease(b *testing.B) {
 		bnSequential(b, p)
 		assert.Zero(b, p.Stats().PrepareFailed)
 	})
+	b.Run("leak-threshold", func(b *testing.B) {
+		// The watcher scans every LeakThreshold/8, here several times a
+		// run; no lease is ever reported.
+		p, done := bnPool(b, Options[*conn]{MinSize: 16, MaxSize: 16, LeakThreshold: time.Second})
+		defer done()
+		bnSequential(b, p)
+		assert.Zero(b, p.Stats().LongLeases)
+	})
 	b.Run("expiry", func(b *testing.B) {
 		// Limits far beyond the benchmark's run: every lease and release
 		// reads the clock and judges the item, and none expires.
@@ -249,4 +257,49 @@ func bnAtDepth(n int, f func()) {
 func bnSDK(b *testing.B) Options[*conn] {
 	mp, _ := mtProvider(b)
 	return Options[*conn]{MeterProvider: mp}
+}
+
+// BenchmarkOutstanding measures Outstanding called in a loop, as a debug
+// handler under load would, while 64 goroutines lease and release over 16
+// items; leases/op says how far the load went on meanwhile.
+func BenchmarkOutstanding(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts Options[*conn]
+	}{
+		{"neither", Options[*conn]{}},
+		{"leak-threshold", Options[*conn]{LeakThreshold: time.Second}},
+		{"leak-sites", Options[*conn]{TrackLeaseSites: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			opts := bc.opts
+			opts.MinSize, opts.MaxSize = 16, 16
+			p, done := bnPool(b, opts)
+			defer done()
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						l, err := p.Lease(ctx)
+						if err != nil {
+							return // stop ended the wait
+						}
+						l.Release()
+					}
+				})
+			}
+			before := p.Stats().Leases
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				n += len(p.Outstanding())
+			}
+			leases := p.Stats().Leases - before
+			stop()
+			wg.Wait()
+			b.ReportMetric(float64(leases)/float64(b.N), "leases/op")
+			b.ReportMetric(float64(n)/float64(b.N), "listed/op")
+		})
+	}
 }

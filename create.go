@@ -238,7 +238,8 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	}
 	now := p.now()
 	e := &entry[T]{value: v, pool: p, era: era, createdAt: now, deadline: p.deadline(now), idleAt: now}
-	watch(p.leaks, e, p.sites)
+	watch(p.leaks, e, p.sites, p.watch != nil)
+	p.reg.add(e)
 	return e, nil
 }
 
@@ -371,9 +372,10 @@ func (p *Pool[T]) seedRound() bool {
 }
 
 // tasks are the goroutines the pool runs on its own account besides the
-// upkeep's: Clear's refills and the seeding in the background. Close stops
-// them (their creations are canceled with the pool's context) and waits for
-// them, as it waits for the upkeep.
+// upkeep's: Clear's refills, the seeding in the background, and the
+// watcher of LeakThreshold with its OnLeak calls (holders.go). Close stops
+// them (their creations are canceled with the pool's context, the watcher
+// stops on it) and waits for them, as it waits for the upkeep.
 type tasks struct {
 	mu      sync.Mutex
 	n       int                 // running

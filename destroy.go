@@ -49,6 +49,7 @@ func (r reason) String() string { return reasonNames[r] }
 // Destroy calls. The caller keeps the item's permit.
 func (p *Pool[T]) destroy(e *entry[T], why reason) (err error) {
 	e.cleanup.Stop() // the entry is garbage from now on, not a leak
+	p.reg.remove(e)
 	returned := false
 	defer func() { p.countDestroyed(why, !returned || err != nil) }()
 	err = p.opts.Destroy(e.value)

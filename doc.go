@@ -28,8 +28,9 @@
 //	return l.Value().Send(msg)
 //
 // The sections below are the reference: what happens to an item, the rules
-// of a lease, waiting and errors, [Stats], metrics, leak detection, the
-// upkeep, and the mistakes the pool defuses and those it cannot. How it
+// of a lease, waiting and errors, [Stats], metrics, leak detection and
+// long leases, what to look at when leases time out, the upkeep, and the
+// mistakes the pool defuses and those it cannot. How it
 // works, and the designs measured on the way, are in [docs/DESIGN.md]; how
 // it is tested, in [docs/TESTING.md].
 //
@@ -250,6 +251,8 @@
 //     or Prepare failed or timed out), on lease or by the upkeep.
 //     DestroyErrors: Destroy calls that returned an error or panicked.
 //   - Leaked: leaked leases the garbage collector has found.
+//   - LongLeases: leases reported for being held past
+//     Options.LeakThreshold (see Leaks), each once.
 //
 // In every snapshot:
 //
@@ -278,6 +281,10 @@
 //   - pool.items.available (observable gauge, {item}): Stats.ItemsAvailable.
 //   - pool.leases.active (observable gauge, {lease}): Stats.ActiveLeases.
 //   - pool.leases.queued (observable gauge, {lease}): Stats.QueuedLeases.
+//   - pool.items.max (observable gauge, {item}): MaxSize as it is now
+//     (it follows SetMaxSize), Stats.MaxSize; saturation is
+//     pool.leases.active / pool.items.max.
+//   - pool.items.min (observable gauge, {item}): MinSize, Stats.MinSize.
 //   - pool.utilization (observable gauge, 1): active / allocated; 0 when
 //     nothing is allocated.
 //   - pool.leases.granted (observable counter, {lease}): successful leases,
@@ -285,6 +292,14 @@
 //   - pool.lease.wait_time (histogram, s): the wait of each successful lease
 //     that queued. A lease served at once is not recorded: granted minus
 //     this histogram's count is the number of leases that waited 0 s.
+//   - pool.lease.use_time (histogram, s): how long leases were held, from
+//     the lease to its end (Release, Discard or Detach); OpenTelemetry's
+//     db.client.connection.use_time. It records a uniform sample, one
+//     lease in 512 on each processor (the first on each among them): its
+//     quantiles are the leases' own (within the error of a sample that
+//     size: about 16000 samples keep a tail's p99 within a few percent),
+//     its count is not the number of leases (pool.leases.granted is). A
+//     lease that never ends (a leak) is never recorded.
 //   - pool.lease.errors (counter, {error}; attribute error.type): failed
 //     leases, by error.type: timeout (ErrLeaseTimeout), canceled (the
 //     caller's ctx ended), closed (ErrClosed), exhausted (TryLease's
@@ -308,18 +323,24 @@
 //     failed or panicked, Stats.DestroyErrors.
 //   - pool.leases.leaked (counter, {lease}): leaked leases found,
 //     Stats.Leaked.
+//   - pool.leases.long (counter, {lease}): leases reported for being held
+//     past LeakThreshold, Stats.LongLeases.
 //
 // The histograms advise bucket boundaries from 0 to 30 s (100 µs, 250 µs,
 // 500 µs, 1 ms and so on up to 10 s, 30 s); a View overrides them.
 //
 // Cost. With a nil or no-op MeterProvider nothing is registered and nothing
-// recorded. With a real one, a lease and release of an idle item still
-// record nothing: the observable instruments are read from Stats in one
-// callback when the provider collects, from counts the pool keeps anyway.
-// The other instruments record where the pool is already slow: in the queue,
-// on a factory call, a check, a destroy or an error. (A histogram record
-// costs the SDK about 130 ns, several times a whole lease and release; that
-// is why pool.lease.wait_time holds only the leases that queued.) Close
+// recorded. With a real one, a lease and release of an idle item record
+// nothing but the one lease in 512 that pool.lease.use_time samples: the
+// observable instruments are read from Stats in one callback when the
+// provider collects, from counts the pool keeps anyway. The other
+// instruments record where the pool is already slow: in the queue, on a
+// factory call, a check, a destroy or an error. (A histogram record costs
+// the SDK about 130 ns, several times a whole lease and release; that is
+// why pool.lease.wait_time holds only the leases that queued, and
+// pool.lease.use_time a sample: a sequential lease and release costs at
+// most 10 % more with the SDK than without metrics, as
+// BenchmarkLeaseReleaseObserved shows.) Close
 // unregisters the callback: a closed pool's observable instruments stop
 // reporting, while its counters and histograms go on recording what the
 // leases still out do. The callback holds the pool weakly, so a pool dropped
@@ -327,11 +348,45 @@
 //
 // # Leaks
 //
+// Two kinds of lease may have leaked: one still held long after it began (a
+// goroutine stuck with its lease, or a lease kept in a global: in Go the
+// common leak), and one dropped without being ended. The pool reports the
+// first with Options.LeakThreshold, the second always.
+//
+// With LeakThreshold set, a lease still held LeakThreshold after it began is
+// reported once, between LeakThreshold and 1.5 × LeakThreshold after it
+// began (plus whatever delay the scheduler adds to the pool's timer),
+// whether or not UpkeepInterval is set: Options.OnLeak receives a
+// [LeakReport] with Held true, the Logger a Warn ("pool: a lease has been
+// held longer than LeakThreshold") with the attributes pool.name, age and,
+// with TrackLeaseSites, stack (the Lease call's stack, as in
+// LeakReport.Stack), and Stats.LongLeases and pool.leases.long count it.
+// The lease may yet end: when it does (Release, Discard or Detach), the
+// Logger says so at Info ("pool: a lease reported as held past
+// LeakThreshold has ended", with its final age), as HikariCP's "unleaked"
+// message does. A lease is never reported twice for being held; one the
+// garbage collector finds later is reported again, with Held false.
+//
+// The pool watches on a goroutine of its own, only while a lease is out
+// (from the first lease after a quiet spell until its scans find none
+// out), which Close stops: Close waits for the report under way, and after
+// Close returns neither OnLeak nor the Logger hear from it again. A lease
+// that ends after Close still logs its end, in its own Release. The lease
+// and release of an idle item pay a load and a compare each for it,
+// nothing more (a sequential lease and release at most 3 ns, as
+// BenchmarkLeaseRelease/leak-threshold shows): the pool writes nothing per lease for it, and finds the leases out
+// by scanning its items every LeakThreshold/8 (at least 1 ms). So without
+// TrackLeaseSites an Age counts from the first scan that saw the lease
+// out: it may fall short of the truth by about LeakThreshold/8. With
+// TrackLeaseSites each lease records when it began, and ages are exact.
+// [Pool.Outstanding] lists the leases out now, with the same ages (see
+// When leases time out).
+//
 // A lease that becomes unreachable without Release, Discard or Detach is a
 // leak: its item stays in use, and counts against MaxSize, for the life of
-// the pool. The garbage collector finds it: the pool keeps no reference to a
-// leased item, and each item gets one [runtime.AddCleanup] when it is
-// created. When a leased item is found unreachable the pool counts it in
+// the pool. The garbage collector finds it: the pool keeps no strong
+// reference to a leased item, and each item gets one [runtime.AddCleanup]
+// when it is created. When a leased item is found unreachable the pool counts it in
 // Stats.Leaked and pool.leases.leaked and calls Options.OnLeak, if set, with
 // a [LeakReport]; the item is neither destroyed nor reused, since it may
 // still be in use somewhere. A leak surfaces within a garbage collection
@@ -342,11 +397,14 @@
 //
 // Never reported: leases that ended; items destroyed by the pool; the idle
 // items of a pool dropped without Close; a lease leaked from a pool that is
-// itself dropped.
+// itself dropped. Never reported as held, however long it takes: an item
+// between two leases, being created, prepared, checked by the upkeep,
+// reset or destroyed.
 //
 // Leak detection is always on and costs nothing per lease: no allocation, no
-// finalizer, no clock read; each creation pays for one AddCleanup and each
-// destruction for stopping it. With Options.TrackLeaseSites, each lease also
+// finalizer, no clock read; each creation pays for one AddCleanup and a
+// weak pointer (the pool lists its items weakly, for Outstanding and
+// LeakThreshold), each destruction for stopping and dropping them. With Options.TrackLeaseSites, each lease also
 // records when and where it was taken (the stack of the Lease call, up to 32
 // frames), for LeakReport.Age and LeakReport.Stack. That puts every lease on
 // the slow path and calls [runtime.Callers]: on the 2-core machine of
@@ -356,9 +414,39 @@
 // allocation per lease. Turn it on in tests, while
 // debugging, or in a service while hunting a leak.
 //
+// # When leases time out
+//
+// [ErrLeaseTimeout] says that every item stayed in use for LeaseTimeout.
+// Either the load needs more than MaxSize items, or something holds them
+// too long. Look, in this order:
+//
+//  1. [Pool.Stats]: ActiveLeases against MaxSize (all in use?),
+//     QueuedLeases and Timeouts (how many wait and give up), WaitTime over
+//     Waits (how long they wait), Leaked and LongLeases (leases leaked, or
+//     held past LeakThreshold). ActiveLeases at MaxSize while a few leases
+//     stay out for ever is a leak; MaxSize busy with short leases is load.
+//  2. [Pool.Outstanding]: the leases out now, oldest first, with their
+//     ages and, with Options.TrackLeaseSites, the stack that took each.
+//     It is cheap enough for a debug handler under load. The oldest ones,
+//     and a stack that many share, point at the code that holds them.
+//  3. Options.LeakThreshold: set it a little above the longest lease your
+//     code should hold (seconds, not milliseconds), and OnLeak and the
+//     Logger report each lease held longer as it happens, with its stack
+//     under TrackLeaseSites; the Info when such a lease ends says whether
+//     it was slow or stuck.
+//  4. The metrics: pool.leases.active / pool.items.max over time
+//     (saturation: near 1 before the timeouts means the pool was full),
+//     pool.lease.use_time (how long leases are held: a tail that grew),
+//     pool.lease.wait_time and pool.lease.errors with error.type timeout.
+//
+// Raise MaxSize only when the leases are short and the load is real.
+// examples/holders shows the whole story: a handler that blocks while it
+// holds a connection, the timeouts, and the reports pointing at its line.
+//
 // # Upkeep
 //
-// By default the pool runs no goroutine of its own and expiry is lazy: when
+// By default the pool runs no goroutine of its own (but the watcher of
+// LeakThreshold, while a lease is out: see Leaks) and expiry is lazy: when
 // IdleTimeout or MaxLifetime is set, every release, and every lease that
 // takes an idle item, reads the clock anyway and checks whether a sweep is
 // due, and the first to find one due sweeps: it destroys every idle item
@@ -468,7 +556,8 @@
 //   - A lease that is never ended keeps its item for the life of the pool.
 //     Leak MaxSize of them and every lease waits until its ctx or
 //     LeaseTimeout ends it, and Shutdown until its ctx ends. Always defer
-//     l.Release(); the pool tells you of a leak (see Leaks), it cannot undo
+//     l.Release(); the pool tells you of a leak (see Leaks; a lease held by
+//     a goroutine that is stuck only with LeakThreshold), it cannot undo
 //     one.
 //   - Destroy, and Reset, run on the goroutine that let the item go, while
 //     it still counts against MaxSize: a Destroy that blocks (a QUIT to a

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -647,6 +648,31 @@ func (g *gate[T]) counts() (leased, idle, queued, size int, sums slotSums) {
 	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
 	sums.leases += g.fastLeases
 	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, sums
+}
+
+// idleEntries appends every idle entry, queued or parked, to buf, for the
+// scans of holders.go. It holds the lock for that copy and nothing more:
+// buf grows outside it. Parked entries come and go without the lock (see
+// ring.go); holders.go says why its scans can bear that.
+func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
+	for {
+		g.lock()
+		if need := len(buf) + g.idle.len() + len(g.slots.s); cap(buf) < need {
+			g.unlock()
+			buf = slices.Grow(buf, need-len(buf))
+			continue
+		}
+		for i := range g.idle.n {
+			buf = append(buf, g.idle.buf[(g.idle.head+i)&(len(g.idle.buf)-1)])
+		}
+		for i := range g.slots.s {
+			if e := g.slots.s[i].e.Load(); e != nil {
+				buf = append(buf, e)
+			}
+		}
+		g.unlock()
+		return buf
+	}
 }
 
 // items returns the items in existence as the gate counts them: permits

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"weak"
@@ -23,10 +24,10 @@ import (
 
 // entry is one item and the pool's bookkeeping for it. While the item is
 // idle the idle ring (a slot or the queue) references its entry; while it
-// is leased only the
-// Lease handles do (and, briefly, the goroutine creating or handing it over).
-// The pool keeps no list of all entries, so a lease dropped without Release
-// leaves its entry unreachable, for the garbage collector to find.
+// is leased only the Lease handles do (and, briefly, the goroutine creating
+// or handing it over). The pool's list of all entries (holders.go) holds
+// them weakly, so a lease dropped without Release leaves its entry
+// unreachable, for the garbage collector to find.
 type entry[T any] struct {
 	// gen is the lease generation: a Lease is valid while gen equals the
 	// value it was handed out with. Ending a lease (Release, Discard,
@@ -49,13 +50,39 @@ type entry[T any] struct {
 	checkedAt int64 // clock at the upkeep's last successful check, for CheckAfterIdle
 	checked   bool  // the Preparer has accepted the item at least once
 
+	// useFrom is the clock at the start of a lease sampled for
+	// pool.lease.use_time: written at the lease and read at its end by the
+	// holder, when ends says so. See metrics.go.
+	useFrom int64
+
 	// cleanup reports the entry leaked when the garbage collector finds it
 	// unreachable; destroying or detaching the item stops it first. site,
-	// with TrackLeaseSites, is where the current lease was taken; the
-	// cleanup reads it. Both are set at creation: see leak detection below.
+	// with TrackLeaseSites, is where the current lease was taken; mark, with
+	// LeakThreshold, what the watcher knows of it. The cleanup reads both.
+	// All three are set at creation: see leak detection below.
 	cleanup runtime.Cleanup
 	site    *leakSite
+	mark    *holdMark
+
+	// self is the registry's weak pointer to the entry, and holds counts
+	// the pool's own holds of it between leases: see holders.go.
+	self  weak.Pointer[entry[T]]
+	holds atomic.Uint32
+
+	// ends says whether the end of the current lease has something to do
+	// (leaseEnded), so that a release tests one word for it: endSampled,
+	// set by a lease that pool.lease.use_time samples, and endFollowed,
+	// set by the watcher of LeakThreshold as it follows the lease (see
+	// holders.go). Both are set and cleared with atomic or and and, since
+	// the holder and the watcher write them at once.
+	ends atomic.Uint32
 }
+
+// The bits of entry.ends.
+const (
+	endSampled  = 1 << iota // useFrom holds the start of a sampled lease
+	endFollowed             // the mark may follow a lease: unfollow it
+)
 
 // Lease is a leased item: the right to use Value until the lease ends with
 // Release, Discard or Detach. End every lease exactly once, typically with
@@ -143,7 +170,7 @@ func (l Lease[T]) Release() {
 // Like Release it does nothing on an ended lease.
 func (l Lease[T]) Discard() {
 	if l.end() {
-		l.e.pool.destroyAndFreeLogged(l.e, reasonDiscard)
+		l.e.pool.discard(l.e)
 	}
 }
 
@@ -160,8 +187,9 @@ func (l Lease[T]) Detach() T {
 
 // # Leak detection
 //
-// The pool keeps no reference to a leased entry (see entry), so a lease
-// dropped without Release, Discard or Detach leaves its entry unreachable.
+// The pool keeps no strong reference to a leased entry (see entry), so a
+// lease dropped without Release, Discard or Detach leaves its entry
+// unreachable.
 // Each entry gets one runtime.AddCleanup at creation, nothing per lease;
 // the cleanup runs once the garbage collector finds the entry unreachable,
 // which happens in three cases:
@@ -176,7 +204,8 @@ func (l Lease[T]) Detach() T {
 // entry would never become unreachable: the runtime keeps the argument
 // alive as a root) nor the pool (the pool reaches its idle entries, so it
 // could never be collected either). It reaches the pool's leakSink, which
-// refers to the pool only through a weak pointer, and the entry's leakSite.
+// refers to the pool only through a weak pointer, and the entry's leakSite
+// and holdMark, which refer to neither.
 //
 // Telling 1 from 3: an idle entry is reachable from its pool, so an idle
 // entry dies with its pool, in the same cycle or later, never earlier. The
@@ -188,23 +217,32 @@ func (l Lease[T]) Detach() T {
 // in it: a leaked lease. (A lease leaked from a pool that was itself
 // dropped is not reported: nobody can use that pool any more.)
 //
-// The race detector sees the cleanup goroutine as synchronized with
-// everything before it (runtime.runCleanups calls racefingo), which is what
-// makes reading the site, written by the last Lease without atomics, sound;
-// in the Go memory model the entry's unreachability orders the two.
+// The site is read under its own lock: the watcher of LeakThreshold reads
+// it while the lease is out (see holders.go), and the cleanup after.
 
-// LeakReport describes a leaked lease: one that became unreachable without
+// LeakReport describes a lease that may have leaked: one held past
+// Options.LeakThreshold (Held), or one that became unreachable without
 // Release, Discard or Detach. Options.OnLeak receives it.
 type LeakReport struct {
 	// Pool is the pool's Name.
 	Pool string
-	// Age is how long the lease had been out when the garbage collector
-	// found it; 0 unless Options.TrackLeaseSites is on.
+	// Age is how long the lease had been out when reported; 0 unless
+	// Options.LeakThreshold or Options.TrackLeaseSites is set. With
+	// TrackLeaseSites it is exact; without, the pool sees a lease only at
+	// its scans, every LeakThreshold/8, and Age may fall short of the
+	// truth by about that much (see "Leaks" in the package documentation),
+	// or be 0 for a lease the garbage collector found before any scan saw
+	// it.
 	Age time.Duration
-	// Stack is the stack of the Lease (or TryLease) call that took the
-	// lease, innermost first, one "function\n\tfile:line" per frame; ""
-	// unless Options.TrackLeaseSites is on.
+	// Stack is the stack of the Lease (or TryLease, or Do) call that took
+	// the lease, innermost first, one "function\n\tfile:line" per frame;
+	// "" unless Options.TrackLeaseSites is on.
 	Stack string
+	// Held is true for a lease still held LeakThreshold after it began (it
+	// may yet end), and false for one the garbage collector found
+	// unreachable. A lease is reported at most once as held, and once more,
+	// with Held false, if the garbage collector finds it later.
+	Held bool
 }
 
 // leakSink is a pool's share of leak detection: what the cleanups of its
@@ -212,7 +250,8 @@ type LeakReport struct {
 // generic, so that leakFound is a plain function: a generic one would cost
 // every creation one more allocation, for its dictionary.
 type leakSink struct {
-	alive  func() bool // the pool has not been collected: see newLeakSink
+	alive  func() bool  // the pool has not been collected: see newLeakSink
+	now    func() int64 // the pool's clock
 	name   string
 	onLeak func(LeakReport)
 	leaked atomic.Uint64 // Stats.Leaked
@@ -226,19 +265,28 @@ const leakStackDepth = 32
 
 // leakSite is where an entry's current lease was taken, written by each
 // Lease when TrackLeaseSites is on. It is made with the entry, so a lease
-// allocates nothing; only the lease holder writes it, only the cleanup
-// (once the entry is unreachable) reads it.
+// allocates nothing; only the lease holder writes it, and the watcher of
+// LeakThreshold, Outstanding and the cleanup read it, under mu.
 type leakSite struct {
-	at  int64 // monotime at the lease
-	n   int   // pcs in use
-	pcs [leakStackDepth]uintptr
+	mu    sync.Mutex
+	lease uint64 // the generation of the lease recorded, plus 1; 0: none yet
+	at    int64  // the pool's clock at the lease
+	n     int    // pcs in use
+	pcs   [leakStackDepth]uintptr
 }
 
-// newLeakSink returns the leak sink of the pool p, holding p weakly.
+// newLeakSink returns the leak sink of the pool p, holding p weakly. Its
+// clock is the pool's as New set it (see upkeepTestHooks).
 func newLeakSink[T any](p *Pool[T]) *leakSink {
 	wp := weak.Make(p)
+	clock, epoch := p.clock, p.epoch
+	now := func() int64 { return monotime() - epoch }
+	if clock != nil {
+		now = clock
+	}
 	return &leakSink{
 		alive:  func() bool { return wp.Value() != nil },
+		now:    now,
 		name:   p.opts.Name,
 		onLeak: p.opts.OnLeak,
 	}
@@ -248,14 +296,19 @@ func newLeakSink[T any](p *Pool[T]) *leakSink {
 type leakArg struct {
 	sink *leakSink
 	site *leakSite // nil without TrackLeaseSites
+	mark *holdMark // nil without LeakThreshold
 }
 
-// watch registers e's cleanup. Called once, at creation.
-func watch[T any](s *leakSink, e *entry[T], trackSite bool) {
+// watch registers e's cleanup, with the site and the mark it will read.
+// Called once, at creation.
+func watch[T any](s *leakSink, e *entry[T], trackSite, trackHold bool) {
 	if trackSite {
 		e.site = new(leakSite)
 	}
-	e.cleanup = runtime.AddCleanup(e, leakFound, leakArg{sink: s, site: e.site})
+	if trackHold {
+		e.mark = new(holdMark)
+	}
+	e.cleanup = runtime.AddCleanup(e, leakFound, leakArg{sink: s, site: e.site, mark: e.mark})
 }
 
 // leakSiteSkip makes runtime.Callers start at the caller of Lease or
@@ -266,10 +319,22 @@ func watch[T any](s *leakSink, e *entry[T], trackSite bool) {
 // TestLeakReportNamesTheLeasingFunction checks it.
 const leakSiteSkip = 3
 
-// recordSite notes when and where the lease of e was taken.
+// recordSite notes when and where the lease of e was taken, then wakes the
+// watcher of LeakThreshold if it sleeps: only now can it see this lease
+// (see holders.go, "Waking the watcher").
 func recordSite[T any](e *entry[T]) {
-	e.site.at = monotime()
-	e.site.n = runtime.Callers(leakSiteSkip, e.site.pcs[:])
+	p := e.pool
+	s := e.site
+	// The walk runs under the lock, straight into the site: a reader (the
+	// watcher, Outstanding) waits for one walk at most, and a lease copies
+	// no stack twice.
+	s.mu.Lock()
+	s.lease, s.at = e.gen.Load()+1, p.now()
+	s.n = runtime.Callers(leakSiteSkip, s.pcs[:])
+	s.mu.Unlock()
+	if p.g.slots.trigger.Load() == watcherAsleep {
+		p.wakeWatcher()
+	}
 }
 
 // leakFound is the cleanup of an entry: it runs on the runtime's cleanup
@@ -286,16 +351,27 @@ func leakFound(a leakArg) {
 		a.sink.counter.Add(context.Background(), 1, a.sink.add...)
 	}
 	if a.sink.onLeak != nil {
-		go a.sink.report(a.site)
+		go a.sink.report(a.site, a.mark)
 	}
 }
 
-// report builds the LeakReport of a leaked lease and calls OnLeak.
-func (s *leakSink) report(site *leakSite) {
+// report builds the LeakReport of a leaked lease and calls OnLeak. Its Age
+// comes from the site, else from what the watcher saw of the lease: the
+// lease the mark follows is the last one the entry had, since a lease that
+// ends unfollows it (see holders.go).
+func (s *leakSink) report(site *leakSite, mark *holdMark) {
 	r := LeakReport{Pool: s.name}
-	if site != nil && site.n > 0 {
-		r.Age = time.Duration(monotime() - site.at)
-		r.Stack = formatStack(site.pcs[:site.n])
+	switch {
+	case site != nil:
+		site.mu.Lock()
+		at, n, pcs := site.at, site.n, site.pcs
+		site.mu.Unlock()
+		if n > 0 {
+			r.Age = time.Duration(max(s.now()-at, 0))
+			r.Stack = formatStack(pcs[:n])
+		}
+	case mark != nil && mark.lease.Load() != 0:
+		r.Age = time.Duration(max(s.now()-mark.since.Load(), 0))
 	}
 	s.onLeak(r)
 }

@@ -16,15 +16,18 @@ import (
 //
 // Cost. Everything hangs off Pool.m, nil without a MeterProvider: then
 // nothing is registered and every hook below is behind a nil check that is
-// off the plain lease path altogether. With a provider, the plain lease and
-// release (an idle item, no look at it) record nothing either: the gauges
-// are observed in a callback that reads Stats, and the counts they need are
-// the ones the pool keeps anyway. That is why pool.lease.wait_time holds
-// only the leases that queued: a synchronous Record costs the SDK several
-// times a whole lease and release (docs/DESIGN.md, "Metrics"), so recording
-// a 0 for every lease served without queueing would break the budget of 2×
-// a lease and release without metrics. pool.leases.granted (from Stats.Leases) counts
-// every successful lease, so the leases that waited 0 s are the difference.
+// off the plain lease path altogether. With a provider, a lease and release
+// of an idle item take the plain path's twin (Pool.light) and record
+// nothing but one lease in useSampleEvery: the gauges are observed in a
+// callback that reads Stats, and the counts they need are the ones the
+// pool keeps anyway. A synchronous Record costs the SDK several times a
+// whole lease and release (docs/DESIGN.md, "Metrics"). So
+// pool.lease.wait_time holds only the leases that queued (recording a 0
+// for every lease served without queueing would break the budget of 2× a
+// lease and release without metrics; pool.leases.granted, from
+// Stats.Leases, counts every successful lease, so the leases that waited
+// 0 s are the difference), and pool.lease.use_time a sample of the leases
+// (see sampledForUse).
 //
 // The attribute sets and option slices are made once, in New: a variadic
 // option passed to an interface method escapes, so a slice built at the
@@ -41,9 +44,12 @@ var durationBuckets = []float64{0, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005
 // metrics holds a pool's instruments and their precomputed options.
 type metrics struct {
 	waitTime, prepTime, createTime    metric.Float64Histogram
+	useTime                           metric.Float64Histogram
 	leaseErrors, prepErrors, created  metric.Int64Counter
 	destroyed, destroyErrs, leaked    metric.Int64Counter
+	long                              metric.Int64Counter
 	allocated, available, active, que metric.Int64ObservableGauge
+	maxItems, minItems                metric.Int64ObservableGauge
 	granted                           metric.Int64ObservableCounter
 	utilization                       metric.Float64ObservableGauge
 
@@ -104,6 +110,8 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	m.available = gauge("pool.items.available", "{item}", "Idle items.")
 	m.active = gauge("pool.leases.active", "{lease}", "Items in use: leased, or being created or destroyed.")
 	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for an item, MaxSize being in use.")
+	m.maxItems = gauge("pool.items.max", "{item}", "MaxSize now: the most items the pool lets exist. Saturation is pool.leases.active / pool.items.max.")
+	m.minItems = gauge("pool.items.min", "{item}", "MinSize: the idle floor the pool refills to.")
 	m.utilization, err = meter.Float64ObservableGauge("pool.utilization", metric.WithUnit("1"),
 		metric.WithDescription("pool.leases.active / pool.items.allocated; 0 when nothing is allocated."))
 	check(err)
@@ -111,6 +119,8 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 		metric.WithDescription("Successful leases."))
 	check(err)
 	m.waitTime = histogram("pool.lease.wait_time", "Time a successful lease waited for an item; leases served at once are not recorded.")
+	m.useTime = histogram("pool.lease.use_time", fmt.Sprintf("How long leases were held, from the lease to its end (Release, Discard or Detach). "+
+		"A uniform sample, one lease in %d on each processor: its quantiles are the leases' own, its count is not the number of leases (pool.leases.granted is).", useSampleEvery))
 	m.leaseErrors = counter("pool.lease.errors", "{error}", "Failed leases, by error.type.")
 	m.prepTime = histogram("pool.preparation.time", "Time of IsReady plus Prepare on one item.")
 	m.createTime = histogram("pool.items.create_time", "Time of one factory call, successful or not.")
@@ -119,6 +129,7 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	m.destroyed = counter("pool.items.destroyed", "{item}", "Items destroyed, by reason.")
 	m.destroyErrs = counter("pool.items.destroy_errors", "{error}", "Destroy calls that returned an error or panicked; the item counts as destroyed all the same.")
 	m.leaked = counter("pool.leases.leaked", "{lease}", "Leases found unreachable without Release, Discard or Detach.")
+	m.long = counter("pool.leases.long", "{lease}", "Leases reported for being held past LeakThreshold.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: pool %q: make instruments: %w", ErrInvalidOptions, name, err)
 	}
@@ -139,6 +150,8 @@ func registerGauges[T any](m *metrics, wp weak.Pointer[Pool[T]]) error {
 		o.ObserveInt64(m.available, int64(s.ItemsAvailable), m.obs...)
 		o.ObserveInt64(m.active, int64(s.ActiveLeases), m.obs...)
 		o.ObserveInt64(m.que, int64(s.QueuedLeases), m.obs...)
+		o.ObserveInt64(m.maxItems, int64(s.MaxSize), m.obs...)
+		o.ObserveInt64(m.minItems, int64(s.MinSize), m.obs...)
 		o.ObserveInt64(m.granted, int64(s.Leases), m.obs...)
 		util := 0.0
 		if s.ItemsAllocated > 0 {
@@ -146,7 +159,7 @@ func registerGauges[T any](m *metrics, wp weak.Pointer[Pool[T]]) error {
 		}
 		o.ObserveFloat64(m.utilization, util, m.obs...)
 		return nil
-	}, m.allocated, m.available, m.active, m.que, m.granted, m.utilization)
+	}, m.allocated, m.available, m.active, m.que, m.maxItems, m.minItems, m.granted, m.utilization)
 	if err != nil {
 		return fmt.Errorf("%w: MeterProvider: register the gauges' callback: %w", ErrInvalidOptions, err)
 	}
@@ -165,6 +178,33 @@ func (m *metrics) unregister() error {
 	}
 	return nil
 }
+
+// useSampleBits sets the share of the leases pool.lease.use_time records:
+// one in useSampleEvery.
+const (
+	useSampleBits  = 9
+	useSampleEvery = 1 << useSampleBits
+)
+
+// sampledForUse says whether the lease with k leases before it on its
+// processor is one that pool.lease.use_time records. It scrambles k by
+// Fibonacci hashing and keeps the leases whose top useSampleBits come out
+// zero: one in useSampleEvery of any run of leases, as evenly spread as
+// k·φ mod 1 is, and never in step with a pattern of hold times that
+// repeats (taking every useSampleEvery-th lease would see one phase of a
+// pattern whose period divides it). The first lease on each processor
+// (k = 0) is one, so that a pool's first leases show in the histogram at
+// once. It costs a multiplication on the counter each lease keeps anyway
+// (countLeaseN): no state of its own, no write; a light pool's lease
+// makes the compare against slots.trigger, which says as much.
+func sampledForUse(k uint64) bool { return k*fibonacci < useSampleBelow }
+
+// fibonacci is 2⁶⁴/φ, rounded to odd; useSampleBelow, the product below
+// which a lease is sampled: the share 1/useSampleEvery of 2⁶⁴.
+const (
+	fibonacci      = 0x9e3779b97f4a7c15
+	useSampleBelow = 1 << (64 - useSampleBits)
+)
 
 // seconds converts a span of the pool's clock (nanoseconds) to seconds.
 func seconds(ns int64) float64 { return float64(ns) / 1e9 }

@@ -120,11 +120,29 @@ type Options[T any] struct {
 
 	// OnLeak is called, on a goroutine of its own, for every leaked lease
 	// the garbage collector finds: one that became unreachable without
-	// Release, Discard or Detach. It must not refer to the pool, or a pool
-	// dropped without Close could never be collected. Leaks are counted in
-	// Stats.Leaked (and pool.leases.leaked) whether OnLeak is set or not.
-	// nil: count only.
+	// Release, Discard or Detach (LeakReport.Held false); and, with
+	// LeakThreshold, once for every lease still held that long after it
+	// began (Held true). It must not refer to the pool, or a pool dropped
+	// without Close could never be collected. Leaks are counted in
+	// Stats.Leaked (and pool.leases.leaked), long leases in
+	// Stats.LongLeases (and pool.leases.long), whether OnLeak is set or
+	// not. A report of a long lease is part of the pool's background work:
+	// none starts once Close has begun, and Close waits for those under
+	// way; a panic in it is logged and dropped. nil: count only.
 	OnLeak func(LeakReport) `json:"-"`
+
+	// LeakThreshold: a lease still held this long after it began is
+	// reported once as a possible leak, between LeakThreshold and 1.5 ×
+	// LeakThreshold after it began (plus scheduling delay): OnLeak with
+	// LeakReport.Held, a Warn through Logger with its age (and, with
+	// TrackLeaseSites, the stack that took it), Stats.LongLeases and
+	// pool.leases.long. When such a lease ends, Logger says so at Info,
+	// with its final age. It also gives Outstanding its ages. The pool
+	// watches on a goroutine of its own, only while a lease is out, that
+	// Close stops; the lease and release of an idle item pay a load and a
+	// branch for it, nothing else. See "Leaks" in the package
+	// documentation. 0: never.
+	LeakThreshold time.Duration
 
 	// TrackLeaseSites records, on every lease, when and where (the stack of
 	// the Lease call, up to 32 frames) it was taken, so that a LeakReport
@@ -153,7 +171,10 @@ type Options[T any] struct {
 	// to: a Destroy or Reset that fails on Release or Discard, on expiry or
 	// in the background; a creation whose lease gave up on it; Clear's
 	// refill. Each record carries the pool's name as pool.name and the
-	// error as err. nil: not logged (they are still counted in Stats).
+	// error as err. With LeakThreshold it also receives, at Warn, each
+	// lease held past it (with age and, with TrackLeaseSites, stack instead
+	// of err), and at Info the end of such a lease (with age, its final
+	// age). nil: not logged (they are still counted in Stats).
 	Logger *slog.Logger `json:"-"`
 }
 
@@ -288,6 +309,7 @@ func (o *Options[T]) fields() []optionField {
 		{name: "CheckAfterIdle", ptr: &o.CheckAfterIdle},
 		{name: "MaxLifetimeJitter", ptr: &o.MaxLifetimeJitter},
 		{name: "UpkeepInterval", ptr: &o.UpkeepInterval},
+		{name: "LeakThreshold", ptr: &o.LeakThreshold},
 		{name: "TrackLeaseSites", ptr: &o.TrackLeaseSites},
 		{name: "SeedInBackground", ptr: &o.SeedInBackground},
 	}

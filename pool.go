@@ -38,9 +38,17 @@ type Pool[T any] struct {
 	// judge: a lease must look at an idle item before handing it out
 	// (expiry or preparation). stamp: a release must read the clock.
 	// sites: each lease records where it was taken (TrackLeaseSites).
-	// plain: neither judge nor sites, so an idle item from a slot or the
-	// gate completes a lease as it is: the fast path.
-	judge, stamp, sites, plain bool
+	// plain: neither judge nor sites, no LeakThreshold and no metrics, so
+	// an idle item from a slot or the gate completes a lease as it is, and
+	// a release parks it as it is: the fast path. light: neither judge nor
+	// sites, but LeakThreshold or metrics, so an idle item from a slot
+	// completes a lease with the little lent adds: the fast path's twin.
+	// ends: the end of a lease has something to account for (LeakThreshold
+	// or metrics: see leaseEnded). more: a release must do more than park
+	// the item (stamp or ends); it sits where stamp did, so that release
+	// reads the same byte. marks: the pool marks its own holds of an item
+	// between leases, for the watcher (holders.go).
+	judge, more, sites, plain, stamp, light, ends, marks bool
 
 	epoch   int64        // monotime at New
 	started time.Time    // time.Now at New, for Lease.CreatedAt
@@ -69,8 +77,20 @@ type Pool[T any] struct {
 	sweepEvery int64
 	sweepAt    atomic.Int64
 
+	// awake is slots.trigger while no watcher sleeps, and the scrambled
+	// count below which a lease is sampled for pool.lease.use_time (see
+	// sampledForUse): useSampleBelow with metrics, else 0.
+	awake uint64
+
 	upkeep *upkeeper // nil without UpkeepInterval: see upkeep.go
-	tasks  tasks     // Clear's refills and the seeding in the background: see create.go
+	// Clear's refills, the seeding in the background, the watcher and its
+	// reports: see create.go. Apart from the pool, so that a task can
+	// outlive a pool dropped without Close without keeping it alive.
+	tasks *tasks
+
+	reg   registry[T]           // every entry in existence, held weakly: see holders.go
+	watch *watcher              // nil without LeakThreshold: see holders.go
+	self  weak.Pointer[Pool[T]] // for the watcher, which holds the pool weakly
 }
 
 // New returns a pool that creates items with f, configured by opts, after
@@ -107,8 +127,24 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 		started:  time.Now(),
 		clock:    upkeepTestHooks.clock,
 		m:        m,
+		tasks:    new(tasks),
 	}
-	p.plain = !p.judge && !p.sites
+	if opts.LeakThreshold > 0 {
+		p.watch = newWatcher(opts.LeakThreshold)
+	}
+	p.plain = !p.judge && !p.sites && p.watch == nil && m == nil
+	p.light = !p.judge && !p.sites && !p.plain
+	p.ends = p.watch != nil || m != nil
+	p.more = p.stamp || p.ends
+	p.marks = p.watch != nil && !p.sites
+	p.self = weak.Make(p)
+	if m != nil {
+		p.awake = useSampleBelow
+	}
+	p.g.slots.trigger.Store(p.awake)
+	if p.watch != nil {
+		p.g.slots.trigger.Store(watcherAsleep)
+	}
 	if p.opts.Destroy == nil {
 		p.opts.Destroy = closeItem[T]
 	}
@@ -202,10 +238,23 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 			// An item from before the last Clear is never lent again
 			// (see retired): the one load and compare this costs is on a
 			// line that the take has read already.
-			if p.plain && e.era == r.era.Load() {
-				r.countLease(pid) // still pinned: see countLease
-				procUnpin()
-				return Lease[T]{e: e, gen: e.gen.Load()}, nil
+			if p.plain {
+				if e.era == r.era.Load() {
+					r.countLease(pid) // still pinned: see countLease
+					procUnpin()
+					return Lease[T]{e: e, gen: e.gen.Load()}, nil
+				}
+			} else if p.light {
+				if e.era == r.era.Load() {
+					// The light pool's twin of the plain branch: one
+					// compare says whether this lease is sampled or the
+					// watcher sleeps (see slots.trigger, lentRare).
+					if k := r.countLeaseN(pid); k*fibonacci < r.trigger.Load() {
+						p.lentRare(e, k)
+					}
+					procUnpin()
+					return Lease[T]{e: e, gen: e.gen.Load()}, nil
+				}
 			}
 			procUnpin()
 			return p.leaseSlow(ctx, e, nil, admitted)
@@ -223,6 +272,31 @@ func (p *Pool[T]) lease(ctx context.Context, wait bool) (Lease[T], error) {
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
 	return p.leaseSlow(ctx, e, w, a)
+}
+
+// lentRare is the rare part of a lease of e in a pool that is not plain,
+// the one with k leases before it on its processor, which the caller has
+// pinned (and finds pinned again when it returns): the lease is sampled
+// for pool.lease.use_time, or the watcher of LeakThreshold sleeps and must
+// be woken, or both.
+func (p *Pool[T]) lentRare(e *entry[T], k uint64) {
+	if k*fibonacci < p.awake {
+		p.sampleUse(e) // the clock, read pinned: nothing that may block
+	}
+	// With TrackLeaseSites, recordSite wakes the watcher instead, once the
+	// watcher can see the lease (see holders.go, "Waking the watcher").
+	if !p.sites && p.g.slots.trigger.Load() == watcherAsleep {
+		procUnpin() // starting a goroutine takes locks
+		p.wakeWatcher()
+		procPin()
+	}
+}
+
+// sampleUse stamps the start of a lease of e that pool.lease.use_time
+// samples, and notes on e that the lease's end has something to do.
+func (p *Pool[T]) sampleUse(e *entry[T]) {
+	e.useFrom = p.now()
+	e.ends.Or(endSampled)
 }
 
 // Do leases an item, calls fn with it and ends the lease: Release when fn
@@ -312,10 +386,16 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		}
 		return p.leaseFailed(ctx, failed, err)
 	}
-	p.g.slots.countLease(procPin())
+	k := p.g.slots.countLeaseN(procPin())
 	procUnpin()
 	if p.m != nil && a == queued {
 		p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
+	}
+	// The one compare the light branch makes: see lentRare.
+	if k*fibonacci < p.g.slots.trigger.Load() {
+		procPin()
+		p.lentRare(e, k)
+		procUnpin()
 	}
 	return Lease[T]{e: e, gen: e.gen.Load()}, nil
 }
@@ -390,6 +470,9 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 			done = true
 			return e, 0, nil
 		}
+		if p.marks {
+			e.hold() // judged, checked or swept for: not a lease yet
+		}
 		if !clockRead && p.stamp {
 			now, clockRead = p.now(), true
 			if p.sweepEvery > 0 && now >= p.sweepAt.Load() {
@@ -404,6 +487,9 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 			if err = ctx.Err(); err != nil {
 				// Gave up before the check: the item is as good as it was.
 				done = true
+				if p.marks {
+					e.unhold()
+				}
 				p.giveBack(e)
 				return nil, errCanceled, err
 			}
@@ -415,6 +501,9 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 			done = true
 			if p.stamp {
 				e.idleFor = max(now-e.idleAt, 0)
+			}
+			if p.marks {
+				e.unhold()
 			}
 			return e, 0, nil
 		}
@@ -433,28 +522,55 @@ func (p *Pool[T]) obtain(ctx context.Context, e *entry[T]) (_ *entry[T], failed 
 		return nil, errCreate, err
 	}
 	if p.opts.Preparer != nil {
+		e.hold() // still being created, as far as Outstanding can tell
 		if err = p.prepare(ctx, e); err != nil {
 			victim := e
 			e = nil
 			p.destroyLogged(victim, reasonPrepare)
 			return nil, errPrepare, err
 		}
+		e.unhold()
 	}
 	done = true
 	return e, 0, nil
 }
 
-// release takes back the item of a lease that Release ended.
+// release takes back the item of a lease that Release ended. The plain
+// path is written out here; whatever else a pool does on release starts in
+// a branch of its own (retired, Reset, more), so that it adds nothing to
+// the plain path.
 func (p *Pool[T]) release(e *entry[T]) {
 	if p.retired(e) {
-		p.destroyAndFreeLogged(e, reasonClear)
+		p.releaseRetired(e)
 		return
 	}
 	if p.opts.Reset != nil && !p.reset(e) {
 		return
 	}
-	if p.stamp {
-		p.releaseStamped(e)
+	if p.more {
+		// The light pool's twin of the park below, for the release whose
+		// lease's end has nothing to account for (most: see entry.ends).
+		// It pins first: a block that starts with a call
+		// is laid out of line, so the plain path falls through to the park
+		// as it did before this branch had more than a call in it.
+		pid := procPin()
+		if !p.light {
+			procUnpin()
+			p.releaseMore(e)
+			return
+		}
+		if e.ends.Load() != 0 {
+			procUnpin()
+			p.releaseMore(e)
+			return
+		}
+		r := &p.g.slots
+		s := &r.s[pid&r.mask]
+		procUnpin()
+		if !r.bypass.Load() && s.e.CompareAndSwap(nil, e) && r.confirm(s, e) {
+			return
+		}
+		p.giveBackToGate(e)
 		return
 	}
 	// slots.park, written out for the same reason as in lease.
@@ -468,30 +584,73 @@ func (p *Pool[T]) release(e *entry[T]) {
 	p.giveBackToGate(e)
 }
 
-// releaseStamped is release for a pool that reads the clock on release: it
-// runs the sweep for expiry when one is due, then judges the item's
-// lifetime and stamps its release.
-func (p *Pool[T]) releaseStamped(e *entry[T]) {
-	now := p.now()
-	if p.sweepEvery > 0 && now >= p.sweepAt.Load() {
-		p.sweepThenRelease(e, now)
+// releaseMore is release past Reset for a pool that does more than park
+// the item: it accounts for the lease's end (reset did already, before
+// Reset ran, when there is one), then stamps the release or parks the
+// item as release does.
+func (p *Pool[T]) releaseMore(e *entry[T]) {
+	if p.ends && p.opts.Reset == nil {
+		p.leaseEnded(e)
+	}
+	if p.stamp {
+		// The sweep for expiry when one is due, else the judgement of the
+		// item's lifetime and the stamp of its release.
+		now := p.now()
+		if p.sweepEvery > 0 && now >= p.sweepAt.Load() {
+			p.sweepThenRelease(e, now)
+			return
+		}
+		p.releaseAt(e, now)
 		return
 	}
-	p.releaseAt(e, now)
+	if r := &p.g.slots; !r.bypass.Load() {
+		s := &r.s[procPin()&r.mask]
+		procUnpin()
+		if s.e.CompareAndSwap(nil, e) && r.confirm(s, e) {
+			return
+		}
+	}
+	p.giveBackToGate(e)
+}
+
+// releaseRetired destroys the item of a lease that Release ended, when the
+// item was created before the last Clear.
+func (p *Pool[T]) releaseRetired(e *entry[T]) {
+	if p.ends {
+		p.leaseEnded(e)
+	}
+	p.destroyAndFreeLogged(e, reasonClear)
+}
+
+// discard destroys the item of a lease that Discard ended.
+func (p *Pool[T]) discard(e *entry[T]) {
+	if p.ends {
+		p.leaseEnded(e)
+	}
+	p.destroyAndFreeLogged(e, reasonDiscard)
 }
 
 // sweepThenRelease sweeps, then releases e as releaseAt does, also when a
 // Destroy of the sweep calls runtime.Goexit (t.FailNow in a test): the
 // released item is never lost on the way.
 func (p *Pool[T]) sweepThenRelease(e *entry[T], now int64) {
+	if p.marks {
+		e.hold() // between two leases, for as long as the sweep's Destroys take
+	}
 	swept := false
 	defer func() {
 		if !swept {
+			if p.marks {
+				e.unhold()
+			}
 			p.releaseAt(e, now)
 		}
 	}()
 	p.sweep(now)
 	swept = true
+	if p.marks {
+		e.unhold()
+	}
 	p.releaseAt(e, now)
 }
 
@@ -511,6 +670,12 @@ func (p *Pool[T]) releaseAt(e *entry[T], now int64) {
 // is destroyed and its permit freed, and reset reports false (or the panic
 // goes on).
 func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
+	if p.ends {
+		p.leaseEnded(e) // the lease ended with Release, before Reset
+	}
+	if p.marks {
+		e.hold() // between two leases, for as long as Reset takes
+	}
 	defer func() {
 		if !ok {
 			p.destroyAndFreeLogged(e, reasonReset)
@@ -519,6 +684,9 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	if err := p.opts.Reset(e.value); err != nil {
 		p.warn("reset item; destroying it", fmt.Errorf("pool %q: reset item: %w", p.opts.Name, err))
 		return false
+	}
+	if p.marks {
+		e.unhold()
 	}
 	return true
 }
@@ -560,7 +728,11 @@ func (p *Pool[T]) refusedWhy() reason {
 
 // detach takes the item of a lease that Detach ended out of the pool.
 func (p *Pool[T]) detach(e *entry[T]) T {
+	if p.ends {
+		p.leaseEnded(e)
+	}
 	e.cleanup.Stop() // the entry is garbage from now on, not a leak
+	p.reg.remove(e)
 	v := e.value
 	p.c.mu.Lock()
 	p.c.detached++

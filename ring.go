@@ -127,6 +127,17 @@ type slotsHeader struct {
 	overflowLeases   atomic.Uint64
 	overflowWaits    atomic.Uint64
 	overflowWaitTime atomic.Int64
+	// trigger is what a light pool's lease compares the scrambled count of
+	// leases before it on its processor with (k·fibonacci, see
+	// sampledForUse): below it, the lease takes the rare part of its path
+	// (Pool.lentRare). It is Pool.awake (useSampleBelow with metrics, 0
+	// without) while the watcher of LeakThreshold runs, or when there is
+	// none; watcherAsleep while a pool with LeakThreshold has no watcher
+	// running, so that the next lease wakes one (holders.go, "Waking the
+	// watcher"). One load and one compare so say both whether a lease is
+	// sampled and whether the watcher sleeps. Here, on the line every lease
+	// reads anyway; it changes when the watcher starts or stops.
+	trigger atomic.Uint64
 }
 
 // init makes a slot for every processor that can run at once now. If
@@ -166,6 +177,23 @@ func (r *slots[T]) countLease(pid int) {
 	default:
 		r.overflowLeases.Add(1)
 	}
+}
+
+// countLeaseN is countLease, returning the processor's count of leases
+// before this one: what pool.lease.use_time samples by (see
+// sampledForUse).
+func (r *slots[T]) countLeaseN(pid int) (k uint64) {
+	if pinsProcessor && pid <= r.mask {
+		s := &r.s[pid]
+		k = s.leases.Load()
+		s.leases.Store(k + 1)
+		return k
+	}
+	c := &r.overflowLeases
+	if !pinsProcessor {
+		c = &r.s[pid&r.mask].leases
+	}
+	return c.Add(1) - 1
 }
 
 // countWait counts a lease that waited for waited, on processor pid, which

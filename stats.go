@@ -76,6 +76,9 @@ type Stats struct {
 	// lease's item stays in use for good, so it still counts in
 	// ActiveLeases and against MaxSize.
 	Leaked uint64
+	// LongLeases counts the leases reported for being held past
+	// Options.LeakThreshold, each once, whether they ended later or not.
+	LongLeases uint64
 }
 
 // counters are the Stats figures that cannot be derived from the gate and
@@ -83,6 +86,7 @@ type Stats struct {
 // per processor in the idle ring's slots.
 type counters struct {
 	timeouts, canceled, prepareFail, createFails atomic.Uint64
+	longLeases                                   atomic.Uint64
 
 	// The item counts change only under mu, and Stats reads them under it,
 	// so that every snapshot keeps the relations Stats promises between
@@ -114,6 +118,7 @@ func (p *Pool[T]) Stats() Stats {
 		PrepareFailed:  p.c.prepareFail.Load(),
 		CreateErrors:   p.c.createFails.Load(),
 		Leaked:         p.leaks.leaked.Load(),
+		LongLeases:     p.c.longLeases.Load(),
 	}
 	p.c.mu.Lock()
 	s.Created, s.Destroyed, s.Detached = p.c.created, p.c.destroyed, p.c.detached

@@ -189,6 +189,7 @@ func (p *Pool[T]) checkIdle(now int64) {
 		if e == nil {
 			return
 		}
+		e.hold() // checked by the upkeep: no lease (see holders.go)
 		if err := p.checkOne(e); err != nil {
 			if p.done.Err() == nil { // else Close cut it short: nothing went wrong
 				p.warn("upkeep: an idle item failed its check", err)
@@ -196,6 +197,7 @@ func (p *Pool[T]) checkIdle(now int64) {
 			continue
 		}
 		e.checkedAt = p.now()
+		e.unhold()
 		p.quietly(func() { p.giveBackToGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
 	}
 }

@@ -2,7 +2,8 @@
 // small load with its metrics going through the OpenTelemetry SDK to a
 // Prometheus exporter, served on a loopback port; leaks a lease, which the
 // garbage collector finds and OnLeak reports with the stack that took it;
-// then scrapes its own /metrics endpoint and prints the pool's series.
+// then scrapes its own /metrics endpoint and prints the pool's series, the
+// saturation a dashboard computes from them, and the hold-time histogram.
 //
 //	cd examples/metrics && go run .
 //
@@ -12,6 +13,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -135,10 +138,75 @@ func run(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w, "exported (the pool_ series, without histogram buckets):")
+	var buckets []string
 	for _, l := range lines {
+		if strings.Contains(l, "_bucket{") {
+			if strings.HasPrefix(l, "pool_lease_use_time_seconds_bucket{") {
+				buckets = append(buckets, l)
+			}
+			continue
+		}
 		fmt.Fprintln(w, l)
 	}
+	fmt.Fprintln(w)
+	return dashboard(w, lines, buckets)
+}
+
+// The queries a dashboard makes of these series: saturation, how full the
+// pool is against its cap (near 1 before the timeouts: the pool was too
+// small, or its items held too long), and the hold time's quantiles, from
+// the histogram of a sample of the leases.
+const (
+	saturationQuery = `max by (pool_name) (pool_leases_active / pool_items_max)`
+	holdTimeQuery   = `histogram_quantile(0.99, sum by (le, pool_name) (rate(pool_lease_use_time_seconds_bucket[5m])))`
+)
+
+// dashboard prints what those queries compute, from one scrape: lines are
+// its pool_ samples, buckets those of pool_lease_use_time_seconds.
+func dashboard(w io.Writer, lines, buckets []string) error {
+	active, err := sample(lines, `pool_leases_active{pool_name="backend"}`)
+	if err != nil {
+		return err
+	}
+	maxItems, err := sample(lines, `pool_items_max{pool_name="backend"}`)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "saturation, %s:\n  %v / %v = %.2f\n", saturationQuery, active, maxItems, active/maxItems)
+
+	count, err := sample(lines, `pool_lease_use_time_seconds_count{pool_name="backend"}`)
+	if err != nil {
+		return err
+	}
+	granted, err := sample(lines, `pool_leases_granted_total{pool_name="backend"}`)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "hold time, %s:\n", holdTimeQuery)
+	fmt.Fprintf(w, "  pool_lease_use_time_seconds holds a sample of the leases: %v of the %v granted\n", count, granted)
+	slices.SortFunc(buckets, func(a, b string) int { return cmp.Compare(le(a), le(b)) })
+	for _, b := range buckets {
+		fmt.Fprintf(w, "  %s\n", b)
+	}
 	return nil
+}
+
+// le returns a bucket sample's upper bound.
+func le(bucket string) float64 {
+	_, v, _ := strings.Cut(bucket, `le="`)
+	v, _, _ = strings.Cut(v, `"`)
+	f, _ := strconv.ParseFloat(v, 64) // "+Inf" parses too
+	return f
+}
+
+// sample returns the value of the series named exactly so in lines.
+func sample(lines []string, series string) (float64, error) {
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("no series %s", series)
 }
 
 // load runs the workers, then makes one lease time out (every item held)
@@ -210,7 +278,7 @@ func awaitLeak(leaks <-chan pool.LeakReport) (pool.LeakReport, error) {
 }
 
 // scrape fetches a Prometheus text endpoint and returns its pool_ samples,
-// sorted, without the histograms' buckets.
+// sorted.
 func scrape(url string) ([]string, error) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get(url)
@@ -225,7 +293,7 @@ func scrape(url string) ([]string, error) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		l := sc.Text()
-		if strings.HasPrefix(l, "pool_") && !strings.Contains(l, "_bucket{") {
+		if strings.HasPrefix(l, "pool_") {
 			lines = append(lines, l)
 		}
 	}

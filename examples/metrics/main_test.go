@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -26,6 +27,14 @@ func TestRun(t *testing.T) {
 		// The leaked lease holds its item and its permit.
 		`pool_leases_active{pool_name="backend"} 1`,
 		`pool_leases_queued{pool_name="backend"} 0`,
+		`pool_items_max{pool_name="backend"} 4`,
+		`pool_items_min{pool_name="backend"} 2`,
+		// Saturation: the leaked lease's item, of the four.
+		`saturation, max by (pool_name) (pool_leases_active / pool_items_max):`,
+		`  1 / 4 = 0.25`,
+		`hold time, histogram_quantile(0.99, sum by (le, pool_name) (rate(pool_lease_use_time_seconds_bucket[5m]))):`,
+		// Each worker holds its lease 1 ms or more: no sampled lease is shorter.
+		`  pool_lease_use_time_seconds_bucket{pool_name="backend",le="0.001"} 0`,
 	} {
 		if !contains(lines, want) {
 			t.Errorf("missing line %s", want)
@@ -40,6 +49,17 @@ func TestRun(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^` + series + `\{pool_name="backend"\} [0-9.e+-]+$`).MatchString(got) {
 			t.Errorf("no %s series", series)
 		}
+	}
+	// The hold time's histogram holds a sample, at least the first lease on
+	// a processor, and at most the workers' leases; every one ended, in the
+	// finite buckets.
+	m := regexp.MustCompile(`(?m)^  pool_lease_use_time_seconds holds a sample of the leases: ([0-9]+) of the 125 granted$`).FindStringSubmatch(got)
+	if m == nil {
+		t.Errorf("no hold-time sample line")
+	} else if n, _ := strconv.Atoi(m[1]); n < 1 || n > 120 {
+		t.Errorf("hold-time sample of %d leases", n)
+	} else if !contains(lines, `  pool_lease_use_time_seconds_bucket{pool_name="backend",le="30"} `+m[1]) {
+		t.Errorf("the sampled leases are not all in the buckets up to 30 s")
 	}
 	// The leak report names the pool and the function that took the lease
 	// (package main is named by its import path under go test).
