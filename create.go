@@ -442,15 +442,5 @@ func (t *tasks) wait(ctx context.Context) error {
 	}
 	idle := t.idle
 	t.mu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		select {
-		case <-idle: // both at once: the tasks did end
-			return nil
-		default:
-			return ctx.Err()
-		}
-	}
+	return awaitOr(ctx, idle)
 }

@@ -822,16 +822,25 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 	if werr := p.waitBackground(ctx); werr != nil {
 		return errors.Join(err, werr)
 	}
-	drained := p.g.whenDrained()
+	if werr := awaitOr(ctx, p.g.whenDrained()); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
+}
+
+// awaitOr waits until done is closed, and returns nil, or until ctx ends,
+// and returns ctx.Err(). When both are ready, done wins: the outcome never
+// depends on a select's random choice.
+func awaitOr(ctx context.Context, done <-chan struct{}) error {
 	select {
-	case <-drained:
-		return err
+	case <-done:
+		return nil
 	case <-ctx.Done():
 		select {
-		case <-drained: // both at once: the pool did drain
-			return err
+		case <-done: // both at once: done it is
+			return nil
 		default:
-			return errors.Join(err, ctx.Err())
+			return ctx.Err()
 		}
 	}
 }
