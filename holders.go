@@ -109,7 +109,14 @@ import (
 // a scan (its take from the idle ring, or its site) before it loads the
 // trigger, and the watcher stores watcherAsleep before its last scan: so
 // either the lease finds the watcher asleep and wakes it, or the last
-// scan sees the lease.
+// scan sees the lease. The end of a lease the watcher follows pokes it, so
+// that it looks at once and, when that lease was the last one out and no
+// lease began since it last looked, scans again within watchSettle, and
+// stops if the pool is still quiet: the lease that woke a quiet pool's
+// watcher is followed from its first scan, so the watcher stops soon
+// after its end, not a scan period later (LeakThreshold/8 may be
+// minutes), and leases that come one at a time start a watcher at most
+// once per watchSettle.
 
 // registry is every entry in existence, held weakly, for the scans.
 type registry[T any] struct {
@@ -179,13 +186,21 @@ func followed(gen uint64) uint64 { return (gen + 1) << 1 }
 type watcher struct {
 	threshold int64         // LeakThreshold, in the pool clock's nanoseconds
 	every     time.Duration // between two scans
+	// poke tells the watcher that a lease it followed has ended: it looks
+	// at once whether any lease is still out, and stops if none is (see
+	// "Waking the watcher"). Buffered: whoever pokes never waits.
+	poke chan struct{}
 }
 
-// minWatchEvery bounds how often the watcher scans, whatever the threshold.
-const minWatchEvery = time.Millisecond
+// minWatchEvery bounds how often the watcher scans, whatever the threshold;
+// watchSettle, how long a watcher runs on once poked in a quiet pool.
+const (
+	minWatchEvery = time.Millisecond
+	watchSettle   = 10 * time.Millisecond
+)
 
 func newWatcher(threshold time.Duration) *watcher {
-	return &watcher{threshold: int64(threshold), every: max(threshold/8, minWatchEvery)}
+	return &watcher{threshold: int64(threshold), every: max(threshold/8, minWatchEvery), poke: make(chan struct{}, 1)}
 }
 
 // watcherAsleep is slots.trigger while a pool with LeakThreshold has no
@@ -200,29 +215,54 @@ func (p *Pool[T]) wakeWatcher() {
 	if !p.g.slots.trigger.CompareAndSwap(watcherAsleep, p.awake) {
 		return
 	}
-	wp, done, every := p.self, p.done.Done(), p.watch.every
-	p.tasks.start(func() { watchLoop(wp, done, every) })
+	wp, done, w := p.self, p.done.Done(), p.watch
+	p.tasks.start(func() { watchLoop(wp, done, w) })
 }
 
-// watchLoop runs a watcher: a scan at once, then one every `every`, until
-// a scan finds no lease out, the pool closes or it has been collected.
-// Between scans it holds the pool only weakly, so that a pool dropped
-// without Close, a lease still out, can be collected.
-func watchLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, every time.Duration) {
+// watchLoop runs a watcher: a scan at once, then one every w.every, until a
+// scan finds no lease out, the pool closes or it has been collected; when
+// poked, it looks at once whether it can stop. Between scans it holds the
+// pool only weakly, so that a pool dropped without Close, a lease still
+// out, can be collected.
+func watchLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, w *watcher) {
 	var b scanBufs[T]
+	var leases uint64 // the pool's count of leases when the watcher last looked
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-done:
 			return
+		case <-w.poke:
+			// A look, which follows nothing, and when no lease began since
+			// the last look and none is out, the next scan sooner, which
+			// stops the watcher if the pool is still quiet. Not a stop at
+			// once: leases that come one at a time would then start a
+			// watcher each. Not a scan at once either: a second sighting
+			// out of the scans' period would void the bound of "Following
+			// a lease"; the sooner scan sees, at most, a lease begun after
+			// this look, for the first time.
+			p := wp.Value()
+			if p == nil {
+				return
+			}
+			n := p.g.slots.leaseCount()
+			if n == leases && !p.anyOut(&b) {
+				t.Reset(min(w.every, watchSettle))
+			}
+			leases = n
+			continue
 		case <-t.C:
 		}
 		p := wp.Value()
-		if p == nil || !p.watchRound(&b) {
+		if p == nil {
 			return
 		}
-		t.Reset(every)
+		leases = p.g.slots.leaseCount()
+		if !p.watchRound(&b) {
+			return
+		}
+		t.Reset(w.every)
 	}
 }
 
@@ -234,6 +274,13 @@ func (p *Pool[T]) watchRound(b *scanBufs[T]) bool {
 	if p.followAll(b) {
 		return p.done.Err() == nil
 	}
+	return p.goOn(b)
+}
+
+// goOn is the watcher's hand-over once a scan found no lease out: it marks
+// the watcher asleep, looks once more, and reports whether it must go on
+// because a lease came out meanwhile (and no lease woke another watcher).
+func (p *Pool[T]) goOn(b *scanBufs[T]) bool {
 	p.g.slots.trigger.Store(watcherAsleep)
 	if !p.anyOut(b) {
 		return false
@@ -420,6 +467,10 @@ func (p *Pool[T]) unfollowEnded(e *entry[T], mk *holdMark) {
 				s.mu.Unlock()
 			}
 			p.logHeld(slog.LevelInfo, "a lease reported as held past LeakThreshold has ended", time.Duration(max(p.now()-since, 0)), "")
+		}
+		select {
+		case p.watch.poke <- struct{}{}: // perhaps the last lease out
+		default:
 		}
 		return
 	}

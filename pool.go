@@ -391,11 +391,15 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 	if p.m != nil && a == queued {
 		p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
 	}
-	// The one compare the light branch makes: see lentRare.
-	if k*fibonacci < p.g.slots.trigger.Load() {
-		procPin()
-		p.lentRare(e, k)
-		procUnpin()
+	// The one compare the light branch makes, then lentRare's work,
+	// unpinned here.
+	if r := &p.g.slots; k*fibonacci < r.trigger.Load() {
+		if k*fibonacci < p.awake {
+			p.sampleUse(e)
+		}
+		if !p.sites && r.trigger.Load() == watcherAsleep {
+			p.wakeWatcher() // with TrackLeaseSites, recordSite does
+		}
 	}
 	return Lease[T]{e: e, gen: e.gen.Load()}, nil
 }
@@ -556,19 +560,20 @@ func (p *Pool[T]) release(e *entry[T]) {
 		pid := procPin()
 		if !p.light {
 			procUnpin()
-			p.releaseMore(e)
+			p.releaseMore(e, pid)
 			return
 		}
 		if e.ends.Load() != 0 {
 			procUnpin()
-			p.releaseMore(e)
+			p.releaseMore(e, pid)
 			return
 		}
-		r := &p.g.slots
-		s := &r.s[pid&r.mask]
 		procUnpin()
-		if !r.bypass.Load() && s.e.CompareAndSwap(nil, e) && r.confirm(s, e) {
-			return
+		if r := &p.g.slots; !r.bypass.Load() {
+			s := &r.s[pid&r.mask]
+			if s.e.CompareAndSwap(nil, e) && r.confirm(s, e) {
+				return
+			}
 		}
 		p.giveBackToGate(e)
 		return
@@ -587,8 +592,10 @@ func (p *Pool[T]) release(e *entry[T]) {
 // releaseMore is release past Reset for a pool that does more than park
 // the item: it accounts for the lease's end (reset did already, before
 // Reset ran, when there is one), then stamps the release or parks the
-// item as release does.
-func (p *Pool[T]) releaseMore(e *entry[T]) {
+// item as release does, in the slot of processor pid, which release
+// pinned already: the goroutine may have moved since, which costs only
+// locality (see ring.go).
+func (p *Pool[T]) releaseMore(e *entry[T], pid int) {
 	if p.ends && p.opts.Reset == nil {
 		p.leaseEnded(e)
 	}
@@ -604,8 +611,7 @@ func (p *Pool[T]) releaseMore(e *entry[T]) {
 		return
 	}
 	if r := &p.g.slots; !r.bypass.Load() {
-		s := &r.s[procPin()&r.mask]
-		procUnpin()
+		s := &r.s[pid&r.mask]
 		if s.e.CompareAndSwap(nil, e) && r.confirm(s, e) {
 			return
 		}

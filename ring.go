@@ -250,6 +250,17 @@ func (r *slots[T]) steal() *entry[T] {
 	return nil
 }
 
+// leaseCount sums the leases counted by countLease and countLeaseN: the
+// leases of a pool that is not plain, all of them (a plain pool also
+// counts some in gate.fastLeases). Without the lock, a moment's estimate;
+// it only grows.
+func (r *slots[T]) leaseCount() (n uint64) {
+	for i := range r.s {
+		n += r.s[i].leases.Load()
+	}
+	return n + r.overflowLeases.Load()
+}
+
 // slotSums are the slots' figures summed up.
 type slotSums struct {
 	parked        int
