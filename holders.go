@@ -462,9 +462,9 @@ func (p *Pool[T]) unfollowEnded(e *entry[T], mk *holdMark) {
 		}
 		if cur == ended|reportedBit {
 			if s := e.site; s != nil {
-				s.mu.Lock()
+				s.mu.RLock() // its only writer is the next lease, not begun
 				since = s.at
-				s.mu.Unlock()
+				s.mu.RUnlock()
 			}
 			p.logHeld(slog.LevelInfo, "a lease reported as held past LeakThreshold has ended", time.Duration(max(p.now()-since, 0)), "")
 		}
@@ -516,9 +516,11 @@ func (p *Pool[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
 		for i := range b.seen {
 			x := &b.seen[i]
 			s := x.e.site
-			s.mu.Lock()
+			if !s.mu.TryRLock() {
+				continue // a lease being recorded: not out yet (see leakSite)
+			}
 			lease, at := s.lease, s.at
-			s.mu.Unlock()
+			s.mu.RUnlock()
 			x.out, x.at = lease == x.gen+1 && x.e.gen.Load() == x.gen, at
 		}
 		return b.seen, p.now()
@@ -541,9 +543,11 @@ func (p *Pool[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
 // stackOf formats the stack the site recorded for the lease of generation
 // gen, or returns "" when it describes another lease by now.
 func (s *leakSite) stackOf(gen uint64) string {
-	s.mu.Lock()
+	if !s.mu.TryRLock() {
+		return "" // being written: it describes another lease now
+	}
 	ok, n, pcs := s.lease == gen+1, s.n, s.pcs
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if !ok || n == 0 {
 		return ""
 	}

@@ -265,10 +265,13 @@ const leakStackDepth = 32
 
 // leakSite is where an entry's current lease was taken, written by each
 // Lease when TrackLeaseSites is on. It is made with the entry, so a lease
-// allocates nothing; only the lease holder writes it, and the watcher of
-// LeakThreshold, Outstanding and the cleanup read it, under mu.
+// allocates nothing; only the lease holder writes it, under mu, and the
+// watcher of LeakThreshold, Outstanding and the cleanup read it, under mu's
+// read lock. The scans only try that lock: a site being written describes
+// a lease just beginning, not out yet for them, and no scan waits for a
+// writer that may be descheduled mid-walk (see holders.go).
 type leakSite struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	lease uint64 // the generation of the lease recorded, plus 1; 0: none yet
 	at    int64  // the pool's clock at the lease
 	n     int    // pcs in use
@@ -363,9 +366,9 @@ func (s *leakSink) report(site *leakSite, mark *holdMark) {
 	r := LeakReport{Pool: s.name}
 	switch {
 	case site != nil:
-		site.mu.Lock()
+		site.mu.RLock() // nobody writes it any more: the entry is unreachable
 		at, n, pcs := site.at, site.n, site.pcs
-		site.mu.Unlock()
+		site.mu.RUnlock()
 		if n > 0 {
 			r.Age = time.Duration(max(s.now()-at, 0))
 			r.Stack = formatStack(pcs[:n])
