@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/puddle/v2"
 	commons "github.com/jolestar/go-commons-pool/v2"
 	"golang.org/x/sync/semaphore"
+	"vitess.io/vitess/go/pools/smartconnpool"
 
 	"github.com/msl-armory/pool"
 )
@@ -176,6 +177,79 @@ func (a commonsPool) release(ctx context.Context, o any) error { return a.p.Retu
 func (a commonsPool) close(b *testing.B) {
 	b.Helper()
 	a.p.Close(context.Background())
+	a.c.check(b, a.n, true)
+}
+
+// ---- vitess: vitess.io/vitess/go/pools/smartconnpool ---------------------
+
+// vitessConn is the connection type smartconnpool asks for: an item, with
+// no session settings (every lease asks for the clean stack, as a Get with
+// a nil *Setting does).
+type vitessConn struct {
+	it *item
+	c  *census
+}
+
+func (v *vitessConn) ApplySetting(context.Context, *smartconnpool.Setting) error { return nil }
+func (v *vitessConn) ResetSetting(context.Context) error                         { return nil }
+func (v *vitessConn) Setting() *smartconnpool.Setting                            { return nil }
+func (v *vitessConn) IsClosed() bool                                             { return v.it == nil }
+
+// Close destroys the item: the pool calls it when it closes a connection.
+func (v *vitessConn) Close() {
+	if v.it != nil {
+		v.c.destroy(v.it)
+		v.it = nil
+	}
+}
+
+// vitessPool is the adapter of a smartconnpool.ConnPool: Capacity n, no
+// idle timeout, no lifetime, no cap on waiters, the library's defaults
+// otherwise.
+type vitessPool struct {
+	p *smartconnpool.ConnPool[*vitessConn]
+	c *census
+	n int
+}
+
+// openVitess returns a pool of n connections. smartconnpool connects
+// lazily, so it gets n connections and recycles them all before returning.
+func openVitess(b *testing.B, n int) vitessPool {
+	b.Helper()
+	c := new(census)
+	p := smartconnpool.NewPool(&smartconnpool.Config[*vitessConn]{Capacity: int64(n)})
+	p.Open(func(context.Context) (*vitessConn, error) {
+		return &vitessConn{it: c.create(), c: c}, nil
+	}, nil)
+	ctx := context.Background()
+	held := make([]*smartconnpool.Pooled[*vitessConn], n)
+	for i := range held {
+		var err error
+		if held[i], err = p.Get(ctx, nil); err != nil {
+			b.Fatalf("warm-up Get: %v", err)
+		}
+	}
+	for _, h := range held {
+		h.Recycle()
+	}
+	if got := p.Available(); got != int64(n) {
+		b.Fatalf("after warm-up smartconnpool has %d connections available, want %d", got, n)
+	}
+	return vitessPool{p: p, c: c, n: n}
+}
+
+func (a vitessPool) lease(ctx context.Context) (*smartconnpool.Pooled[*vitessConn], error) {
+	return a.p.Get(ctx, nil)
+}
+func (a vitessPool) value(h *smartconnpool.Pooled[*vitessConn]) *item { return h.Conn.it }
+func (a vitessPool) release(_ context.Context, h *smartconnpool.Pooled[*vitessConn]) error {
+	h.Recycle()
+	return nil
+}
+
+func (a vitessPool) close(b *testing.B) {
+	b.Helper()
+	a.p.Close() // closes the idle connections; waits for the borrowed ones
 	a.c.check(b, a.n, true)
 }
 

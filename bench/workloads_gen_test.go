@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/puddle/v2"
 	"github.com/msl-armory/pool"
+	"vitess.io/vitess/go/pools/smartconnpool"
 )
 
 // sequentialMsl is sequential for mslPool.
@@ -49,6 +50,24 @@ func sequentialPuddle(b *testing.B, p puddlePool) {
 
 // sequentialCommons is sequential for commonsPool.
 func sequentialCommons(b *testing.B, p commonsPool) {
+	ctx := context.Background()
+	for b.Loop() {
+		h, err := p.lease(ctx)
+		if err != nil {
+			b.Fatalf("lease: %v", err)
+		}
+		if p.value(h) == nil {
+			b.Fatalf("lease gave %T %v, want a non-nil *item", h, h)
+		}
+		if err := p.release(ctx, h); err != nil {
+			b.Fatalf("release: %v", err)
+		}
+	}
+	p.close(b)
+}
+
+// sequentialVitess is sequential for vitessPool.
+func sequentialVitess(b *testing.B, p vitessPool) {
 	ctx := context.Background()
 	for b.Loop() {
 		h, err := p.lease(ctx)
@@ -177,6 +196,34 @@ func parallelPuddle(b *testing.B, p puddlePool) {
 
 // parallelCommons is parallel for commonsPool.
 func parallelCommons(b *testing.B, p commonsPool) {
+	ctx := context.Background()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			h, err := p.lease(ctx)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if w, ok := any(p).(waitCounter); ok {
+		b.ReportMetric(w.waitsPerLease(), "waits/lease")
+	}
+	p.close(b)
+}
+
+// parallelVitess is parallel for vitessPool.
+func parallelVitess(b *testing.B, p vitessPool) {
 	ctx := context.Background()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -365,6 +412,32 @@ func overloadCommons(b *testing.B, p commonsPool) {
 	p.close(b)
 }
 
+// overloadVitess is overload for vitessPool.
+func overloadVitess(b *testing.B, p vitessPool) {
+	ctx := context.Background()
+	runOverload(b, func(w *overloadWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.hold(i)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+		}
+	})
+	p.close(b)
+}
+
 // overloadChannel is overload for *chanPool.
 func overloadChannel(b *testing.B, p *chanPool) {
 	ctx := context.Background()
@@ -464,6 +537,12 @@ var contenders = []contender{
 		overload:   func(b *testing.B, n int) { overloadCommons(b, openCommons(b, n)) },
 	},
 	{
+		name:       "vitess",
+		sequential: func(b *testing.B, n int) { sequentialVitess(b, openVitess(b, n)) },
+		parallel:   func(b *testing.B, n int) { parallelVitess(b, openVitess(b, n)) },
+		overload:   func(b *testing.B, n int) { overloadVitess(b, openVitess(b, n)) },
+	},
+	{
 		name:       "channel",
 		sequential: func(b *testing.B, n int) { sequentialChannel(b, openChannel(b, n)) },
 		parallel:   func(b *testing.B, n int) { parallelChannel(b, openChannel(b, n)) },
@@ -489,18 +568,21 @@ var _ = []any{
 	sequential[pool.Lease[*item], mslPool],
 	sequential[*puddle.Resource[*item], puddlePool],
 	sequential[any, commonsPool],
+	sequential[*smartconnpool.Pooled[*vitessConn], vitessPool],
 	sequential[*item, *chanPool],
 	sequential[*item, *semPool],
 	sequential[*item, *syncPool],
 	parallel[pool.Lease[*item], mslPool],
 	parallel[*puddle.Resource[*item], puddlePool],
 	parallel[any, commonsPool],
+	parallel[*smartconnpool.Pooled[*vitessConn], vitessPool],
 	parallel[*item, *chanPool],
 	parallel[*item, *semPool],
 	parallel[*item, *syncPool],
 	overload[pool.Lease[*item], mslPool],
 	overload[*puddle.Resource[*item], puddlePool],
 	overload[any, commonsPool],
+	overload[*smartconnpool.Pooled[*vitessConn], vitessPool],
 	overload[*item, *chanPool],
 	overload[*item, *semPool],
 	overload[*item, *syncPool],

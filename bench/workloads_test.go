@@ -22,7 +22,7 @@ import (
 // requires type parameters [H any, P adapter[H]] and parameters
 // (b *testing.B, p P), and a field of contender by the same name.
 //
-//go:generate go run ./cmd/monomorph msl=openMSL puddle=openPuddle commons=openCommons channel=openChannel semaphore=openSemaphore syncpool=openSyncPool
+//go:generate go run ./cmd/monomorph msl=openMSL puddle=openPuddle commons=openCommons vitess=openVitess channel=openChannel semaphore=openSemaphore syncpool=openSyncPool
 
 // adapter is a contender, a pool under test, as every workload drives it.
 // lease takes an item, waiting for one if need be (or until ctx ends, for
