@@ -20,7 +20,7 @@ set -euo pipefail
 COUNT=${COUNT:-6}
 BENCHTIME=${BENCHTIME:-1s}
 OVERLOAD_LEASES=${OVERLOAD_LEASES:-64000}
-POOLS="msl puddle commons channel semaphore syncpool" # msl first: the base
+POOLS="msl puddle commons vitess channel semaphore syncpool" # msl first: the base
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"

@@ -15,7 +15,7 @@ import (
 // poolOrder is the order pools are listed in: ours first, as the base of
 // every ratio, then the libraries, then the hand-written pools, then the
 // floor. A pool not named here goes after them, in the order first seen.
-var poolOrder = []string{"msl", "puddle", "commons", "channel", "semaphore", "syncpool"}
+var poolOrder = []string{"msl", "puddle", "commons", "vitess", "channel", "semaphore", "syncpool"}
 
 // ours names the pool every ratio compares with.
 const ours = "msl"

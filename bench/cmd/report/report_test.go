@@ -221,6 +221,27 @@ func TestTargets(t *testing.T) {
 	_, _, _, v = checkSpread(d, spreadTarget{workload: "Contended", procs: 1, limit: 1.5})
 	assert.Equal(t, verdict{}, v, "no runs")
 
+	for _, tc := range []struct {
+		target waitTarget
+		want   verdict
+	}{
+		// Overload, msl: -cpu 2 p99.9 1 ms, p50 600 µs, 91.7k leases/s;
+		// puddle 50 ms and 83.5k leases/s.
+		{waitTarget{workload: "Overload", procs: 2, metric: latP999, other: ours, otherMetric: latP50, factor: 1.5}, verdict{have: true, met: false}},
+		{waitTarget{workload: "Overload", procs: 2, metric: latP999, other: "puddle", otherMetric: latP999, factor: 0.02}, verdict{have: true, met: true}},
+		{waitTarget{workload: "Overload", procs: 2, metric: latRate, other: "puddle", otherMetric: latRate, factor: 1, atLeast: true}, verdict{have: true, met: true}},
+		{waitTarget{workload: "Overload", procs: 2, metric: latRate, other: "puddle", otherMetric: latRate, factor: 1.2, atLeast: true}, verdict{have: true, met: false}},
+		{waitTarget{workload: "Overload", procs: 1, metric: latP999, other: "puddle", otherMetric: latP999, factor: 1}, verdict{}},
+	} {
+		_, _, v := checkWait(d, tc.target)
+		assert.Equal(t, tc.want, v, "%s", tc.target)
+	}
+
+	_, best, pool, v := checkLead(d, "Sequential", 2)
+	assert.Equal(t, verdict{have: true, met: true}, v)
+	assert.Equal(t, "puddle", pool, "syncpool is faster, but has no bound")
+	assert.InDelta(t, 210, best.ns, 1e-6)
+
 	_, v = checkAllocs(d, "Sequential")
 	assert.Equal(t, verdict{have: true, met: true}, v)
 	_, v = checkAllocs(d, "Contended") // median 0.5 at -cpu 2, no -cpu 1 runs
@@ -261,10 +282,16 @@ func TestWriteResults(t *testing.T) {
 		"| Contended, -cpu 2: ours ≤ 0.4 × puddle | 320 | 620 | 0.5161 | ≤ 0.40 | FAIL |",
 		"| Contended: ours 0 allocs/op | – (-cpu 1), 0.5 (-cpu 2) | –, 1 | NO DATA |",
 		"| Sequential, -cpu 1: ours ≤ 1.5 × syncpool | 32.0 | 11.0 | 2.9091 | ≤ 1.50 | FAIL |",
-		"| Contended, -cpu 1: ours ≤ 0.8 × channel | – | – | – | ≤ 0.80 | NO DATA |",
+		"| Contended, -cpu 1: ours ≤ 0.9 × channel | – | – | – | ≤ 0.90 | NO DATA |",
+		// Overload -cpu 2, msl: p99.9 1 ms ≤ 2.5 × its p50 of 600 µs.
+		"| Overload, -cpu 2: ours p99.9 ≤ 2.5 × ours p50 | 1 ms | 1.5 ms | PASS |",
+		"| Overload, -cpu 2: ours p99.9 ≤ 1.5 × channel p99.9 | – | – | NO DATA |",
+		// Contended -cpu 2: 320 ns against puddle's 620; syncpool, unbounded, is no rival.
+		"| Contended, -cpu 2: ours ahead of every bounded pool | 320 | puddle | 620 | PASS |",
+		"| Parallel, -cpu 1: ours ahead of every bounded pool | – | – | – | NO DATA |",
 		// Contended -cpu 2, msl: runs of 300 and 340 ns.
 		"| Contended, -cpu 2: ours, slowest run ≤ 1.5 × fastest | 320 | 300 | 340 | 1.13 | ≤ 1.50 | PASS |",
-		"**4 of 13 targets met.**",
+		"**9 of 23 targets met.**",
 		"```\n" + bs + "```\n",
 	} {
 		assert.Contains(t, out, want)

@@ -45,7 +45,91 @@ var speedTargets = []speedTarget{
 	{workload: "Parallel", procs: 1, other: "semaphore", factor: 0.85},
 	{workload: "Sequential", procs: 1, other: "syncpool", factor: 1.5},
 	{workload: "Parallel", procs: 1, other: "syncpool", factor: 1.5},
-	{workload: "Contended", procs: 1, other: "channel", factor: 0.8},
+	{workload: "Contended", procs: 1, other: "channel", factor: 0.9},
+}
+
+// waitTarget is a goal on a latency workload at procs: our metric is at
+// most factor × other's otherMetric (other may be ours: a ratio of our own
+// percentiles), or, with atLeast, at least that.
+type waitTarget struct {
+	workload    string
+	procs       int
+	metric      latMetric
+	other       string
+	otherMetric latMetric
+	factor      float64
+	atLeast     bool
+}
+
+// The wait under overload (docs/DESIGN.md, "The wait path"): as short in
+// the tail as the channel's, with a tail close to its own median, as a FIFO
+// queue's is, and at least the channel's throughput.
+var waitTargets = []waitTarget{
+	{workload: "Overload", procs: 2, metric: latP999, other: "channel", otherMetric: latP999, factor: 1.5},
+	{workload: "Overload", procs: 2, metric: latP999, other: ours, otherMetric: latP50, factor: 2.5},
+	{workload: "Overload", procs: 2, metric: latRate, other: "channel", otherMetric: latRate, factor: 1, atLeast: true},
+	{workload: "Overload", procs: 1, metric: latP999, other: "channel", otherMetric: latP999, factor: 1},
+	{workload: "Overload", procs: 1, metric: latRate, other: "channel", otherMetric: latRate, factor: 1, atLeast: true},
+}
+
+var latNames = [numLatMetrics]string{"p50", "p99", "p99.9", "max", "leases/s", "work"}
+
+func (t waitTarget) String() string {
+	rel := "≤"
+	if t.atLeast {
+		rel = "≥"
+	}
+	other := t.other
+	if other == ours {
+		other = "ours"
+	}
+	return fmt.Sprintf("%s, -cpu %d: ours %s %s %g × %s %s", t.workload, t.procs, latNames[t.metric], rel, t.factor, other, latNames[t.otherMetric])
+}
+
+// checkWait evaluates t against the medians in d.
+func checkWait(d *data, t waitTarget) (have, limit float64, v verdict) {
+	o, ok1 := d.cell(t.workload, ours, t.procs)
+	th, ok2 := d.cell(t.workload, t.other, t.procs)
+	if !ok1 || !ok2 || o.lat[t.metric] < 0 || th.lat[t.otherMetric] < 0 {
+		return 0, 0, verdict{}
+	}
+	have, limit = o.lat[t.metric], t.factor*th.lat[t.otherMetric]
+	met := have <= limit
+	if t.atLeast {
+		met = have >= limit
+	}
+	return have, limit, verdict{have: true, met: met}
+}
+
+// unbounded names the pools without a bound, which no lead target counts:
+// the floor, not competitors.
+var unbounded = []string{"syncpool"}
+
+// leadExempt names the throughput cells a lead target skips: those with a
+// target of their own against a named pool (Contended at -cpu 1, against
+// the channel).
+var leadExempt = []key{{workload: "Contended", pool: ours, procs: 1}}
+
+// checkLead evaluates, for one throughput workload at procs, "ours is
+// ahead of every bounded pool": our median ns/op is below each of theirs.
+// It returns the fastest of them.
+func checkLead(d *data, workload string, procs int) (o, best cell, bestPool string, v verdict) {
+	o, ok := d.cell(workload, ours, procs)
+	if !ok {
+		return o, best, "", verdict{}
+	}
+	for _, pool := range d.pools {
+		if pool == ours || slices.Contains(unbounded, pool) {
+			continue
+		}
+		if c, ok := d.cell(workload, pool, procs); ok && (bestPool == "" || c.ns < best.ns) {
+			best, bestPool = c, pool
+		}
+	}
+	if bestPool == "" {
+		return o, best, "", verdict{}
+	}
+	return o, best, bestPool, verdict{have: true, met: o.ns < best.ns}
 }
 
 // spreadTarget is a goal of the form: in workload at procs, our slowest run
@@ -153,7 +237,7 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 	p("- **Parallel**: `b.RunParallel`, one goroutine per P; 16 items.\n")
 	p("- **Contended**: `b.RunParallel` with `b.SetParallelism(4)` over 2 items: most leases wait for a release.\n")
 	p("- **Overload**: 64 goroutines over 8 items, each holding its item for about 20 µs of CPU work (a spin loop calibrated when the benchmark starts): nearly every lease waits. Reported as the wait for an item, from calling lease to holding it.\n\n")
-	p("Pools: **msl** is this module; **puddle** is github.com/jackc/puddle/v2; **commons** is github.com/jolestar/go-commons-pool/v2; **channel** is a buffered channel of items; **semaphore** is golang.org/x/sync/semaphore plus a mutex-guarded stack; **syncpool** is sync.Pool, unbounded and ctx-less: the floor, not a competitor.\n\n")
+	p("Pools: **msl** is this module; **puddle** is github.com/jackc/puddle/v2; **commons** is github.com/jolestar/go-commons-pool/v2; **vitess** is vitess.io/vitess/go/pools/smartconnpool; **channel** is a buffered channel of items; **semaphore** is golang.org/x/sync/semaphore plus a mutex-guarded stack; **syncpool** is sync.Pool, unbounded and ctx-less: the floor, not a competitor.\n\n")
 	if chart != "" {
 		p("![ns/op per pool and workload, and the Overload wait percentiles, at the highest -cpu, log scale](%s)\n\n", chart)
 	}
@@ -232,6 +316,37 @@ func writeResults(w io.Writer, d *data, m meta, chart, benchstat string) error {
 			continue
 		}
 		p("| %s | %s | %s | %s | %.2f | ≤ %.2f | %s |\n", t, fmtNs(med), fmtNs(lo), fmtNs(hi), hi/lo, t.limit, v)
+	}
+	p("\n| target | ours | limit | result |\n")
+	p("| --- | ---: | ---: | --- |\n")
+	for _, t := range waitTargets {
+		have, limit, v := checkWait(d, t)
+		tally(v)
+		if !v.have {
+			p("| %s | – | – | %s |\n", t, v)
+			continue
+		}
+		f := fmtDur
+		if t.metric == latRate {
+			f = fmtRate
+		}
+		p("| %s | %s | %s | %s |\n", t, f(have), f(limit), v)
+	}
+	p("\n| target | ours ns/op | fastest bounded pool | its ns/op | result |\n")
+	p("| --- | ---: | --- | ---: | --- |\n")
+	for _, wl := range throughput {
+		for _, procs := range d.procs {
+			if slices.Contains(leadExempt, key{wl, ours, procs}) {
+				continue
+			}
+			o, best, pool, v := checkLead(d, wl, procs)
+			tally(v)
+			if !v.have {
+				p("| %s, -cpu %d: ours ahead of every bounded pool | – | – | – | %s |\n", wl, procs, v)
+				continue
+			}
+			p("| %s, -cpu %d: ours ahead of every bounded pool | %s | %s | %s | %s |\n", wl, procs, fmtNs(o.ns), pool, fmtNs(best.ns), v)
+		}
 	}
 	p("\n| target | ours allocs/op, median per -cpu | max over runs | result |\n")
 	p("| --- | --- | --- | --- |\n")
