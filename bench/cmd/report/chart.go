@@ -22,7 +22,8 @@ const (
 	chartHeightPx = 520
 	chartDPI      = 96
 	legendWidthPx = 120 // a column of its own at the right, so it hides no bar
-	barWidthPx    = 26
+	barWidthPx    = 26  // at most; narrower when a group's bars would not fit
+	groupWidthPx  = 156 // a group's bars together, at most: six of barWidthPx
 )
 
 func px(n float64) vg.Length { return vg.Length(n) * vg.Inch / chartDPI }
@@ -132,7 +133,7 @@ func newLogPanel(title, yLabel, xLabel string, ticks func(lo, hi float64) []plot
 // labelled n/a). When legend is not nil each pool is added to it.
 func addBars(p *plot.Plot, pools, groups []string, value func(pool, group string) (float64, bool), label func(float64) string, legend *plot.Legend) error {
 	p.NominalX(groups...)
-	barWidth := px(barWidthPx)
+	barWidth := px(min(barWidthPx, groupWidthPx/float64(max(1, len(pools)))))
 	maxLog := 0.0
 	for i, pool := range pools {
 		heights := make(plotter.Values, len(groups))
