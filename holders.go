@@ -110,9 +110,9 @@ import (
 // trigger, and the watcher stores watcherAsleep before its last scan: so
 // either the lease finds the watcher asleep and wakes it, or the last
 // scan sees the lease. The end of a lease the watcher follows pokes it, so
-// that it looks at once and, when that lease was the last one out and no
-// lease began since it last looked, scans again within watchSettle, and
-// stops if the pool is still quiet: the lease that woke a quiet pool's
+// that, when no lease began since it last looked, it looks again within
+// watchSettle (by then the lease's item is back), and stops if no lease is
+// out and none began meanwhile: the lease that woke a quiet pool's
 // watcher is followed from its first scan, so the watcher stops soon
 // after its end, not a scan period later (LeakThreshold/8 may be
 // minutes), and leases that come one at a time start a watcher at most
@@ -187,7 +187,7 @@ type watcher struct {
 	threshold int64         // LeakThreshold, in the pool clock's nanoseconds
 	every     time.Duration // between two scans
 	// poke tells the watcher that a lease it followed has ended: it looks
-	// at once whether any lease is still out, and stops if none is (see
+	// again soon whether any lease is still out, and stops if none is (see
 	// "Waking the watcher"). Buffered: whoever pokes never waits.
 	poke chan struct{}
 }
@@ -227,6 +227,8 @@ func (p *Pool[T]) wakeWatcher() {
 func watchLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, w *watcher) {
 	var b scanBufs[T]
 	var leases uint64 // the pool's count of leases when the watcher last looked
+	var settling bool // the timer is set for the settling look, not the scan
+	due := time.Now() // when the next scan is due
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -234,23 +236,22 @@ func watchLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, w *watcher
 		case <-done:
 			return
 		case <-w.poke:
-			// A look, which follows nothing, and when no lease began since
-			// the last look and none is out, the next scan sooner, which
-			// stops the watcher if the pool is still quiet. Not a stop at
-			// once: leases that come one at a time would then start a
-			// watcher each. Not a scan at once either: a second sighting
-			// out of the scans' period would void the bound of "Following
-			// a lease"; the sooner scan sees, at most, a lease begun after
-			// this look, for the first time.
+			// When no lease began since the last look, a settling look
+			// within watchSettle: it stops the watcher if the pool is quiet
+			// by then. Not a stop at once: leases that come one at a time
+			// would then start a watcher each. Not a look at once either:
+			// the lease that poked is still on its way back (its item not
+			// idle yet), so a scan now would see it out. And a look, not a
+			// scan, so that it follows nothing: a second sighting out of the
+			// scans' period would void the bound of "Following a lease".
 			p := wp.Value()
 			if p == nil {
 				return
 			}
-			n := p.g.slots.leaseCount()
-			if n == leases && !p.anyOut(&b) {
-				t.Reset(min(w.every, watchSettle))
+			if n := p.g.slots.leaseCount(); n == leases && !settling {
+				settling = true
+				t.Reset(min(time.Until(due), watchSettle))
 			}
-			leases = n
 			continue
 		case <-t.C:
 		}
@@ -258,10 +259,21 @@ func watchLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, w *watcher
 		if p == nil {
 			return
 		}
+		if settling {
+			settling = false
+			n := p.g.slots.leaseCount()
+			if n == leases && !p.anyOut(&b) && !p.goOn(&b) {
+				return // quiet: the hand-over of a scan that found no lease out
+			}
+			leases = n
+			t.Reset(max(time.Until(due), 0)) // a lease out: back to the scans' period
+			continue
+		}
 		leases = p.g.slots.leaseCount()
 		if !p.watchRound(&b) {
 			return
 		}
+		due = time.Now().Add(w.every)
 		t.Reset(w.every)
 	}
 }

@@ -318,6 +318,28 @@ func TestLeakThresholdWatcherStopsWithTheLastLease(t *testing.T) {
 	}
 }
 
+// TestLeakThresholdWatcherStopsOnceTheItemIsBack: the end of a lease pokes
+// the watcher before its item is idle again, and a watcher that looked at
+// once would see the lease still out and run on for a scan period (7.5
+// minutes here); it looks within watchSettle instead. The window is a few
+// instructions wide, so the test takes many leases, each released while
+// the watcher waits on another processor (before the fix, one of the
+// first 20 rounds saw it, at -race).
+func TestLeakThresholdWatcherStopsOnceTheItemIsBack(t *testing.T) {
+	for _, cfg := range hdConfigs {
+		t.Run(cfg.name, func(t *testing.T) {
+			p, _, _, _ := hdNewPool(t, Options[*conn]{LeakThreshold: time.Hour, TrackLeaseSites: cfg.sites})
+			for round := range 200 {
+				l := hdHold(t, p)
+				hdEventually(t, func() bool { return l.e.ends.Load()&endFollowed != 0 }, "round %d: the watcher does not follow the lease", round)
+				l.Release()
+				hdEventually(t, func() bool { return p.g.slots.trigger.Load() == watcherAsleep && hdTasks(p) == 0 },
+					"round %d: the watcher runs on with no lease out", round)
+			}
+		})
+	}
+}
+
 // TestLeakThresholdWatcherRestarts: a lease taken as the watcher stops,
 // or just after, is still reported: see "Waking the watcher" in holders.go.
 func TestLeakThresholdWatcherRestarts(t *testing.T) {
