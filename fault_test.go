@@ -229,8 +229,12 @@ func ftRunCase(t *testing.T, hc ftHookCase, kind faultKind) ftFigures {
 	r.load()
 	f.on.Store(false)
 
+	// Clear's refills run as tasks, and one may take its permit only
+	// after the creations below have given theirs back: wait for them
+	// first (CI once caught ftCheckWhole's TryLeases a permit short).
 	// Creations that callers abandoned finish in the background (the
 	// hanging ones when CreateTimeout ends them): wait for their permits.
+	awaitBackground(t, p)
 	require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond,
 		"a permit was lost: %+v", p.Stats())
 
