@@ -369,9 +369,10 @@
 //
 // The pool watches on a goroutine of its own, only while a lease is out
 // (from the first lease after a quiet spell until its scans find none
-// out; once the last lease it follows has ended, it stops within about
-// 10 ms if no other lease began), which Close stops: Close waits for the report under way, and after
-// Close returns neither OnLeak nor the Logger hear from it again. A lease
+// out; once the last lease out has ended, it stops within about 10 ms
+// if no other lease began), which Close stops: Close waits for the report
+// under way, and after Close returns neither OnLeak nor the Logger hear
+// from it again. A lease
 // that ends after Close still logs its end, in its own Release. The lease
 // and release of an idle item pay a load and a compare each for it,
 // nothing more (a sequential lease and release at most 3 ns, as

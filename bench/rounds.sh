@@ -36,7 +36,6 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 : >"$out"
-first=1
 for round in $(seq 1 "$COUNT"); do
 	echo "==> round $round of $COUNT" >&2
 	first=1
