@@ -238,7 +238,13 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	}
 	now := p.now()
 	e := &entry[T]{value: v, pool: p, era: era, createdAt: now, deadline: p.deadline(now), idleAt: now}
-	watch(p.leaks, e, p.sites, p.watch != nil)
+	if p.route.sited {
+		e.site = new(leakSite)
+	}
+	if p.watcher != nil {
+		e.mark = new(watchMark)
+	}
+	detectLeak(p.leaks, e)
 	p.reg.add(e)
 	return e, nil
 }
@@ -369,78 +375,4 @@ func (p *Pool[T]) seedRound() bool {
 	}
 	wg.Wait()
 	return !failed.Load()
-}
-
-// tasks are the goroutines the pool runs on its own account besides the
-// upkeep's: Clear's refills, the seeding in the background, and the
-// watcher of LeakThreshold with its OnLeak calls (holders.go). Close stops
-// them (their creations are canceled with the pool's context, the watcher
-// stops on it) and waits for them, as it waits for the upkeep.
-type tasks struct {
-	mu      sync.Mutex
-	n       int                 // running
-	stopped bool                // stop has been called: no task starts
-	idle    chan struct{}       // made by wait; closed when n drops to 0
-	ids     map[uint64]struct{} // goroutine ids of the running tasks: see wait
-}
-
-// start runs f on a goroutine of its own, unless stop has been called:
-// then it reports false.
-func (t *tasks) start(f func()) bool {
-	t.mu.Lock()
-	if t.stopped {
-		t.mu.Unlock()
-		return false
-	}
-	t.n++
-	t.mu.Unlock()
-	go func() {
-		id := goroutineID()
-		t.mu.Lock()
-		if t.ids == nil {
-			t.ids = make(map[uint64]struct{})
-		}
-		t.ids[id] = struct{}{}
-		t.mu.Unlock()
-		defer t.done(id) // after a Goexit in f too
-		f()
-	}()
-	return true
-}
-
-// done counts a task that has returned.
-func (t *tasks) done(id uint64) {
-	t.mu.Lock()
-	delete(t.ids, id)
-	t.n--
-	if t.n == 0 && t.idle != nil {
-		close(t.idle)
-		t.idle = nil
-	}
-	t.mu.Unlock()
-}
-
-// stop keeps tasks from starting.
-func (t *tasks) stop() {
-	t.mu.Lock()
-	t.stopped = true
-	t.mu.Unlock()
-}
-
-// wait waits until no task runs, or ctx ends (then it returns ctx.Err()).
-// Called from a task (a factory that calls Close), it cannot wait for its
-// own caller, and returns at once.
-func (t *tasks) wait(ctx context.Context) error {
-	id := goroutineID()
-	t.mu.Lock()
-	if _, mine := t.ids[id]; mine || t.n == 0 {
-		t.mu.Unlock()
-		return nil
-	}
-	if t.idle == nil {
-		t.idle = make(chan struct{})
-	}
-	idle := t.idle
-	t.mu.Unlock()
-	return awaitOr(ctx, idle)
 }

@@ -122,7 +122,7 @@ func (p *Pool[T]) countDestroyed(why reason, failed bool) {
 // Destroy) ends the calling goroutine, as Goexit must, but only after the
 // rest are destroyed, by the deferred call that Goexit runs on its way out.
 func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
-	b := destroyBatch[T]{p: p, es: es, why: func(*entry[T]) reason { return why }, free: true}
+	b := destroyBatch[T]{p: p, es: es, why: why, free: true}
 	b.run()
 	if b.panicked != nil {
 		panic(b.panicked)
@@ -135,7 +135,8 @@ func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
 type destroyBatch[T any] struct {
 	p    *Pool[T]
 	es   []*entry[T] // not destroyed yet
-	why  func(*entry[T]) reason
+	whys []reason    // why each of es is destroyed, when they differ; else why
+	why  reason
 	free bool // free each item's permit right after its destroy; else the caller frees them
 
 	errs     []error
@@ -144,13 +145,16 @@ type destroyBatch[T any] struct {
 
 func (b *destroyBatch[T]) run() {
 	for len(b.es) > 0 {
-		e := b.es[0]
+		e, why := b.es[0], b.why
 		b.es = b.es[1:]
-		b.destroy(e)
+		if len(b.whys) > 0 {
+			why, b.whys = b.whys[0], b.whys[1:]
+		}
+		b.destroy(e, why)
 	}
 }
 
-func (b *destroyBatch[T]) destroy(e *entry[T]) {
+func (b *destroyBatch[T]) destroy(e *entry[T], why reason) {
 	returned := false
 	defer func() {
 		if returned {
@@ -168,9 +172,9 @@ func (b *destroyBatch[T]) destroy(e *entry[T]) {
 	}()
 	var err error
 	if b.free {
-		err = b.p.destroyAndFree(e, b.why(e))
+		err = b.p.destroyAndFree(e, why)
 	} else {
-		err = b.p.destroy(e, b.why(e))
+		err = b.p.destroy(e, why)
 	}
 	if err != nil {
 		b.errs = append(b.errs, err)

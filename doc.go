@@ -36,29 +36,27 @@
 //
 // # Lifecycle of an item
 //
-// Created. The factory creates an item when a lease finds none idle and
-// fewer than MaxSize exist; [New] creates Options.MinSize items first, up to
-// 32 at once, so 32 items with a 50 ms dial take about 50 ms, not 32 times
-// that. New's creations run under New's ctx, each bounded by
-// Options.CreateTimeout; when one fails, New cancels the others, destroys
-// every item made and returns that first error (or raises the factory's
-// panic again). With Options.SeedInBackground, New returns without waiting:
-// the MinSize items are created in the background, several at once, and a
-// failed creation (an error or a panic) is logged, counted in
-// Stats.CreateErrors and retried after a backoff that doubles up to
-// Options.UpkeepInterval (30 s without the upkeep), until MinSize items
-// exist or the pool closes; leases meanwhile take a seeded item or create
-// their own. A service so starts while its backend is down, and has its
-// warm floor once the backend is up. A lease's creation gets a context that keeps the values of
-// the caller's ctx but not its cancellation, bounded by
-// Options.CreateTimeout and canceled by [Pool.Close]. When the caller's ctx
-// can end, the factory runs on a goroutine of its own: a caller that gives
-// up returns ctx.Err() at once, and its creation finishes in the background,
-// still counted against MaxSize, and its item goes idle (or to a waiting
-// lease), so one impatient caller never costs a second dial. A failure or
-// panic of such a creation counts as a failed creation and is logged. A
-// factory that returns a nil item and a nil error fails the creation with an
-// error that says so.
+// Created. The factory creates an item when a lease finds none idle and fewer
+// than MaxSize exist; [New] creates Options.MinSize items first, up to 32 at
+// once, so 32 items with a 50 ms dial take about 50 ms, not 32 times that.
+// New's creations run under New's ctx, each bounded by Options.CreateTimeout;
+// when one fails, New cancels the others, destroys every item made and returns
+// that first error (or raises the factory's panic again). With
+// Options.SeedInBackground, New returns without waiting: the MinSize items are
+// created in the background, several at once, and a failed creation (an error
+// or a panic) is logged, counted in Stats.CreateErrors and retried after a
+// backoff that doubles up to Options.UpkeepInterval (30 s without the upkeep),
+// until MinSize items exist or the pool closes; leases meanwhile take a seeded
+// item or create their own. A service so starts while its backend is down, and
+// has its warm floor once the backend is up. A lease's creation gets a context
+// that keeps the values of the caller's ctx but not its cancellation, bounded
+// by Options.CreateTimeout and canceled by [Pool.Close]. When the caller's ctx
+// can end, the factory runs on a goroutine of its own: a caller that gives up
+// returns ctx.Err() at once, and its creation finishes in the background, still
+// counted against MaxSize, and its item goes idle (or to a waiting lease), so
+// one impatient caller never costs a second dial. A failure or panic of such a
+// creation counts as a failed creation and is logged. A factory that returns a
+// nil item and a nil error fails the creation with an error that says so.
 //
 // Leased. A lease takes an idle item (the one parked in its processor's
 // slot, else the one that went idle last) or, when none is idle, creates
@@ -198,8 +196,8 @@
 //   - [ErrExhausted]: TryLease found every item in use, or leases waiting.
 //   - [ErrPreparationTimeout]: IsReady and Prepare on a fresh item took
 //     longer than Options.PreparationTimeout; the item was destroyed.
-//   - [ErrInvalidOptions]: New, [Options.Validate], SetMaxSize or [Options.UnmarshalJSON]
-//     refused the options; the message names the field.
+//   - [ErrInvalidOptions]: New, [Options.Validate], SetMaxSize or
+//     [Options.UnmarshalJSON] refused the options; the message names the field.
 //   - a factory's or Preparer's error, wrapped (pool "orders-db": create
 //     item: ...): the creation or the check of a fresh item failed, and the
 //     lease's place is free again.
@@ -367,35 +365,31 @@
 // message does. A lease is never reported twice for being held; one the
 // garbage collector finds later is reported again, with Held false.
 //
-// The pool watches on a goroutine of its own, only while a lease is out
-// (from the first lease after a quiet spell until its scans find none
-// out; once the last lease out has ended, it stops within about 10 ms
-// if no other lease began), which Close stops: Close waits for the report
-// under way, and after Close returns neither OnLeak nor the Logger hear
-// from it again. A lease
-// that ends after Close still logs its end, in its own Release. The lease
-// and release of an idle item pay a load and a compare each for it,
-// nothing more (a sequential lease and release at most 3 ns, as
-// BenchmarkLeaseRelease/leak-threshold shows): the pool writes nothing per lease for it, and finds the leases out
-// by scanning its items every LeakThreshold/8 (at least 1 ms). So without
-// TrackLeaseSites an Age counts from the first scan that saw the lease
-// out: it may fall short of the truth by about LeakThreshold/8. With
-// TrackLeaseSites each lease records when it began, and ages are exact.
-// [Pool.Outstanding] lists the leases out now, with the same ages (see
-// When leases time out).
+// The pool watches on a goroutine of its own, from New to Close, that
+// wakes every LeakThreshold/8 (at most once a millisecond) and scans the
+// items to find the leases out. Close stops it and waits for the report
+// under way: after Close returns neither OnLeak nor the Logger hear from
+// it again. A lease that ends after Close still logs its end, in its own
+// Release. The pool writes nothing per lease for it: a lease pays
+// nothing, and a release one load and a compare (a sequential lease and
+// release at most 3 ns more, as BenchmarkLeaseRelease/leak-threshold
+// shows). So without TrackLeaseSites an Age counts from the first scan
+// that saw the lease out: it may fall short of the truth by about
+// LeakThreshold/8. With TrackLeaseSites each lease records when it began,
+// and ages are exact. [Pool.Outstanding] lists the leases out now, with
+// the same ages (see When leases time out).
 //
 // A lease that becomes unreachable without Release, Discard or Detach is a
-// leak: its item stays in use, and counts against MaxSize, for the life of
-// the pool. The garbage collector finds it: the pool keeps no strong
-// reference to a leased item, and each item gets one [runtime.AddCleanup]
-// when it is created. When a leased item is found unreachable the pool counts it in
-// Stats.Leaked and pool.leases.leaked and calls Options.OnLeak, if set, with
-// a [LeakReport]; the item is neither destroyed nor reused, since it may
-// still be in use somewhere. A leak surfaces within a garbage collection
-// cycle or two after the lease became unreachable, and is reported once.
-// OnLeak runs on a goroutine of its own, never on the runtime's cleanup
-// goroutine. It must not refer to the pool, or a pool dropped without Close
-// could never be collected.
+// leak: its item stays in use, and counts against MaxSize, for the life of the
+// pool. The garbage collector finds it: the pool keeps no strong reference to a
+// leased item, and each item gets one [runtime.AddCleanup] when it is created.
+// When a leased item is found unreachable the pool counts it in Stats.Leaked
+// and pool.leases.leaked and calls Options.OnLeak, if set, with a [LeakReport];
+// the item is neither destroyed nor reused, since it may still be in use
+// somewhere. A leak surfaces within a garbage collection cycle or two after the
+// lease became unreachable, and is reported once. OnLeak runs on a goroutine of
+// its own, never on the runtime's cleanup goroutine. It must not refer to the
+// pool, or a pool dropped without Close could never be collected.
 //
 // Never reported: leases that ended; items destroyed by the pool; the idle
 // items of a pool dropped without Close; a lease leaked from a pool that is
@@ -403,18 +397,17 @@
 // between two leases, being created, prepared, checked by the upkeep,
 // reset or destroyed.
 //
-// Leak detection is always on and costs nothing per lease: no allocation, no
-// finalizer, no clock read; each creation pays for one AddCleanup and a
+// Leak detection is always on and costs nothing per lease: no allocation,
+// no finalizer, no clock read; each creation pays for one AddCleanup and a
 // weak pointer (the pool lists its items weakly, for Outstanding and
-// LeakThreshold), each destruction for stopping and dropping them. With Options.TrackLeaseSites, each lease also
-// records when and where it was taken (the stack of the Lease call, up to 32
-// frames), for LeakReport.Age and LeakReport.Stack. That puts every lease on
-// the slow path and calls [runtime.Callers]: on the 2-core machine of
-// bench/RESULTS.md a lease and release costs about ten to thirty times as
-// much (about 0.4–0.6 µs from a shallow stack, 1.3 µs from 40 frames deep,
-// against 45–55 ns) and each item about 300 bytes more, still with no
-// allocation per lease. Turn it on in tests, while
-// debugging, or in a service while hunting a leak.
+// LeakThreshold), each destruction for stopping and dropping them. With
+// Options.TrackLeaseSites, each lease also records when and where it was
+// taken (the stack of the Lease call, up to 32 frames), for LeakReport.Age
+// and LeakReport.Stack. That puts every lease on the slow path and calls
+// [runtime.Callers]: a lease and release cost about ten to thirty times as
+// much (docs/DESIGN.md, "What TrackLeaseSites costs", has the figures) and
+// each item about 300 bytes more, still with no allocation per lease. Turn
+// it on in tests, while debugging, or in a service while hunting a leak.
 //
 // # When leases time out
 //
@@ -448,7 +441,7 @@
 // # Upkeep
 //
 // By default the pool runs no goroutine of its own (but the watcher of
-// LeakThreshold, while a lease is out: see Leaks) and expiry is lazy: when
+// LeakThreshold: see Leaks) and expiry is lazy: when
 // IdleTimeout or MaxLifetime is set, every release, and every lease that
 // takes an idle item, reads the clock anyway and checks whether a sweep is
 // due, and the first to find one due sweeps: it destroys every idle item
@@ -583,5 +576,6 @@
 //     its ctx.
 //
 // [docs/DESIGN.md]: https://github.com/msl-armory/pool/blob/main/docs/DESIGN.md
-// [docs/TESTING.md]: https://github.com/msl-armory/pool/blob/main/docs/TESTING.md
+// [docs/TESTING.md]:
+// https://github.com/msl-armory/pool/blob/main/docs/TESTING.md
 package pool

@@ -51,6 +51,13 @@ func (p *Pool[T]) expired(e *entry[T], now int64) (reason, bool) {
 	return 0, false
 }
 
+// keepsFloor says whether an idle item that expired only by idling is
+// kept all the same: with the upkeep on, idling never takes the pool below
+// MinSize, since the upkeep would create the item again at once.
+func (p *Pool[T]) keepsFloor() bool {
+	return p.opts.UpkeepInterval > 0 && p.g.items() <= p.opts.MinSize
+}
+
 // needsCheck says whether the Preparer must see an idle item: always when it
 // has never accepted the item, else when it sat idle for CheckAfterIdle
 // since its release or the upkeep's last check of it.
@@ -100,14 +107,12 @@ func addSaturating(a, b int64) int64 {
 	return a + b
 }
 
-// sweep destroys the idle items that have expired, if a sweep is due at
-// now and no other goroutine has claimed it. See Sweeping above.
-func (p *Pool[T]) sweep(now int64) {
+// claimSweep reports whether a sweep is due at now, and claims it: of the
+// leases and releases that find it due, exactly one gets true, and moves
+// the next one a period on. See Sweeping above.
+func (p *Pool[T]) claimSweep(now int64) bool {
 	at := p.sweepAt.Load()
-	if now < at || !p.sweepAt.CompareAndSwap(at, now+p.sweepEvery) {
-		return
-	}
-	p.destroyExpired(now)
+	return p.sweepEvery > 0 && now >= at && p.sweepAt.CompareAndSwap(at, now+p.sweepEvery)
 }
 
 // destroyExpired takes out and destroys every idle item expired at now.
@@ -119,10 +124,7 @@ func (p *Pool[T]) destroyExpired(now int64) {
 	if p.opts.UpkeepInterval > 0 {
 		floor = p.opts.MinSize
 	}
-	es := p.g.takeExpired(func(e *entry[T]) (expired, idleOnly bool) {
-		why, expired := p.expired(e, now)
-		return expired, why == reasonIdle
-	}, floor)
+	es, whys := p.g.takeExpired(func(e *entry[T]) (reason, bool) { return p.expired(e, now) }, floor)
 	if len(es) == 0 {
 		return
 	}
@@ -131,10 +133,7 @@ func (p *Pool[T]) destroyExpired(now int64) {
 			p.g.free()
 		}
 	}()
-	b := destroyBatch[T]{p: p, es: es, why: func(e *entry[T]) reason {
-		why, _ := p.expired(e, now)
-		return why
-	}}
+	b := destroyBatch[T]{p: p, es: es, whys: whys}
 	b.run()
 	if b.panicked != nil {
 		b.errs = append(b.errs, fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, b.panicked))

@@ -3,10 +3,12 @@ package pool
 import (
 	"context"
 	"io"
+	"reflect"
 )
 
-// What the pool asks of user code to create items, and how it disposes of
-// them when Options.Destroy is nil. Creation itself is in create.go.
+// What the pool asks of user code to create items, what it refuses from
+// it (a nil factory, a nil item), and how it disposes of items when
+// Options.Destroy is nil. Creation itself is in create.go.
 
 // Factory creates the items a pool lends.
 //
@@ -21,11 +23,11 @@ import (
 //
 // A panic in Create reaches the Lease that waits for it (the pool stays
 // consistent); in a creation whose caller gave up it counts as a failed
-// creation. A Create that calls runtime.Goexit (t.FailNow in a test) ends
-// the caller's goroutine when it runs there (for a ctx that cannot end), as
-// Goexit does; when it runs on a goroutine of its own (for a ctx that can),
-// the waiting Lease panics with a message saying so. The room for the item comes back
-// either way.
+// creation. A Create that calls runtime.Goexit (t.FailNow in a test) ends the
+// caller's goroutine when it runs there (for a ctx that cannot end), as Goexit
+// does; when it runs on a goroutine of its own (for a ctx that can), the
+// waiting Lease panics with a message saying so. The room for the item comes
+// back either way.
 //
 // Create may be called from several goroutines at once.
 type Factory[T any] interface {
@@ -46,4 +48,24 @@ func closeItem[T any](item T) error {
 		return c.Close()
 	}
 	return nil
+}
+
+// isNil reports whether v is nil or holds a nil pointer, func, map, slice,
+// channel or interface: a typed nil, which an interface-valued option or
+// the factory must not be taken for a value.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return canBeNil(rv.Type()) && rv.IsNil()
+}
+
+// canBeNil reports whether values of t can be nil.
+func canBeNil(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return true
+	}
+	return false
 }

@@ -19,12 +19,10 @@ import (
 // none is idle; so held + idle never exceeds size, and that sum bounds the
 // items in existence.
 //
-// Why one mutex over count, waiters and idle items (see docs/DESIGN.md,
-// "Designs measured and rejected", design B): a release must decide
+// One mutex over count, waiters and idle items: a release must decide
 // "oldest waiter, or idle queue?" and act on it atomically, or a waiter can
-// wake to nothing and a lease can overtake the queue. A separate atomic
-// permit count plus a lock-free queue writes more shared cache lines per
-// operation and measured slower on two cores.
+// wake to nothing and a lease can overtake the queue (docs/DESIGN.md, "Why
+// one mutex").
 //
 // Hand-off: when waiters are queued no permit is ever free; a release gives
 // its item (or, for an item it destroyed, the bare permit: the right to
@@ -32,18 +30,12 @@ import (
 // held. So a woken waiter never wakes to nothing, and nobody can take a
 // permit past the queue.
 //
-// Holding the lock without being preempted: the gate's critical sections,
-// and the wake-ups that follow them, run with the goroutine kept on its
-// processor (preemptOff, through lock and unlock), as the runtime's own
-// channel locks do. Under overload (64 goroutines over 8 items on two
-// processors) a goroutine preempted there sent the others to park on the
-// mutex, or kept a granted waiter asleep, and the runtime readied them
-// into a run queue behind a chain of hand-offs that can run for a whole
-// 10 ms time slice: the tail of the waits under overload (docs/DESIGN.md,
-// "Not preempted while holding the lock", has what this measured, and the
-// runs it does not fix).
-// Nothing done there may block: acquire calls the ctx's Err and sync.Pool
-// preemptible.
+// The gate's critical sections, and the wake-ups that follow them, run with
+// the goroutine kept on its processor (preemptOff, through lock and
+// unlock), as the runtime's own channel locks do: a goroutine preempted
+// there holds up every lease behind it (docs/DESIGN.md, "Not preempted
+// while holding the lock"). Nothing done there may block: acquire calls
+// the ctx's Err and sync.Pool preemptible.
 type gate[T any] struct {
 	slots slots[T] // the idle ring's per-processor slots: see ring.go
 
@@ -55,10 +47,9 @@ type gate[T any] struct {
 	// permits that come back retire until the items fit (see resize).
 	shrinking bool
 	idle      idleQueue[T]
-	// fastLeases counts the leases that acquire completed: counting
-	// them here, under the lock already held, saves an atomic add on a
-	// cache line of its own (measured: docs/DESIGN.md, "Stats without a
-	// second truth").
+	// fastLeases counts the leases that acquire completed: here, under
+	// the lock already held, rather than on a cache line of their own
+	// (docs/DESIGN.md, "Stats without a second truth").
 	fastLeases uint64
 	waiters    waitQueue[T]
 	drained    chan struct{} // made by the first Shutdown; closed when closed and held == 0
@@ -174,22 +165,33 @@ const (
 	refusedCanceled                  // the caller's ctx had ended before it could queue
 )
 
+// refused reports whether a is a refusal: the lease fails.
+func (a admission) refused() bool { return a > queued }
+
+// waitChoice says whether a lease that finds no permit free waits for one.
+type waitChoice bool
+
+const (
+	mayWait waitChoice = true  // Lease, Do
+	noWait  waitChoice = false // TryLease
+)
+
 // acquire takes a permit and the newest idle entry (admitted), or a bare
-// permit when none is idle (admitRoom), without waiting; final says that
-// an idle entry completes the lease, which acquire then counts in
+// permit when none is idle (admitRoom), without waiting; completes says
+// that an idle entry completes the lease, which acquire then counts in
 // fastLeases. When no permit is free, or others already wait (the queue is
 // FIFO: a newcomer never overtakes it), it queues the caller in the same
-// critical section and returns its waiter, for await (queued); unless
-// queue is nil, when the lease is refused, or already done, when it is
-// refusedCanceled. A closed gate refuses every lease.
-func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], w *waiter[T], a admission) {
+// critical section and returns its waiter, for await (queued); unless the
+// caller would not wait, when the lease is refused, or its ctx has ended,
+// when it is refusedCanceled. A closed gate refuses every lease.
+func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) (e *entry[T], w *waiter[T], a admission) {
 	g.lock()
 	if g.closed {
 		g.unlock()
 		return nil, nil, refusedClosed
 	}
 	var ok bool
-	if e, ok = g.acquireLocked(); ok || queue == nil {
+	if e, ok = g.acquireLocked(); ok || wait == noWait {
 		switch {
 		case !ok && g.waiters.n > 0:
 			a = refusedQueue
@@ -201,7 +203,7 @@ func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], w *wa
 			a = admitRetired
 		default:
 			a = admitted
-			if final {
+			if completes {
 				g.fastLeases++
 			}
 		}
@@ -212,7 +214,7 @@ func (g *gate[T]) acquire(final bool, queue context.Context) (e *entry[T], w *wa
 	// after a collection: calls that may block, which an unpreemptible
 	// goroutine must not make. Still under g.mu, they run preemptible.
 	preemptOn()
-	if queue.Err() != nil {
+	if ctx.Err() != nil {
 		g.mu.Unlock()
 		return nil, nil, refusedCanceled // already given up: don't queue
 	}
@@ -301,54 +303,15 @@ func (g *gate[T]) bypassOff() {
 // ctx has ended must not walk away with an item.
 func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration) (e *entry[T], waited time.Duration, expired bool, err error) {
 	start := monotime() // outside the lock: this clock is slow on some VMs
-
-	var timerC <-chan time.Time
-	if timeout > 0 {
-		if w.timer == nil {
-			w.timer = time.NewTimer(timeout)
-		} else {
-			w.timer.Reset(timeout)
-		}
-		timerC = w.timer.C
-	}
+	timerC := w.arm(timeout)
 	if testHooks.beforeWait != nil {
 		testHooks.beforeWait()
 	}
-
-	granted := false
-	if done := ctx.Done(); done == nil && timerC == nil {
-		// Only a grant (or Close) ends this wait: a plain receive costs
-		// less than a select.
-		<-w.ready
-		granted = true
-	} else {
-		select {
-		case <-w.ready:
-			granted = true
-			select { // both ready? then giving up wins
-			case <-done:
-				err = ctx.Err()
-			case <-timerC:
-				expired, err = true, ErrLeaseTimeout
-			default:
-			}
-		case <-done:
-			err = ctx.Err()
-		case <-timerC:
-			expired, err = true, ErrLeaseTimeout
-		}
-	}
+	granted, expired, err := w.wait(ctx, timerC)
 	if testHooks.afterWait != nil {
 		testHooks.afterWait()
 	}
-	if w.timer != nil && !w.timer.Stop() && !expired {
-		// The timer fired and nobody received its tick. With Go 1.23's
-		// synchronous timer channels no stale tick survives Stop, but
-		// under GODEBUG=asynctimerchan=1 it would wait in the channel and
-		// end the next wait on this waiter at once: use a new timer then.
-		w.timer = nil
-	}
-
+	w.disarm(expired)
 	switch {
 	case granted && err == nil:
 		e, err = w.e, w.err // the grant: a permit, or Close's ErrClosed
@@ -362,6 +325,60 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 	w.e, w.err, w.granted = nil, nil, false
 	g.spare.Put(w)
 	return e, time.Duration(monotime() - start), expired, err
+}
+
+// arm sets w's timer to fire after timeout, when it is positive, and
+// returns its channel; nil, when there is no timeout.
+func (w *waiter[T]) arm(timeout time.Duration) <-chan time.Time {
+	if timeout <= 0 {
+		return nil
+	}
+	if w.timer == nil {
+		w.timer = time.NewTimer(timeout)
+	} else {
+		w.timer.Reset(timeout)
+	}
+	return w.timer.C
+}
+
+// disarm stops w's timer after a wait. The timer fired and nobody received
+// its tick when Stop fails and the wait did not expire. With Go 1.23's
+// synchronous timer channels no stale tick survives Stop, but under
+// GODEBUG=asynctimerchan=1 it would wait in the channel and end the next
+// wait on this waiter at once: disarm drops that timer for a new one.
+func (w *waiter[T]) disarm(expired bool) {
+	if w.timer != nil && !w.timer.Stop() && !expired {
+		w.timer = nil
+	}
+}
+
+// wait blocks until w is granted, ctx ends or timerC fires, and says
+// which: granted, or the error of giving up (ctx.Err(), or ErrLeaseTimeout
+// with expired). When the grant and a way of giving up are ready at once,
+// it reports both, and the caller gives up.
+func (w *waiter[T]) wait(ctx context.Context, timerC <-chan time.Time) (granted, expired bool, err error) {
+	done := ctx.Done()
+	if done == nil && timerC == nil {
+		// Only a grant (or Close) ends this wait: a plain receive costs
+		// less than a select.
+		<-w.ready
+		return true, false, nil
+	}
+	select {
+	case <-w.ready:
+		select { // both ready? then giving up wins
+		case <-done:
+			return true, false, ctx.Err()
+		case <-timerC:
+			return true, true, ErrLeaseTimeout
+		default:
+			return true, false, nil
+		}
+	case <-done:
+		return false, false, ctx.Err()
+	case <-timerC:
+		return false, true, ErrLeaseTimeout
+	}
 }
 
 // testHooks, set by tests only, run in await: beforeWait after the timer
@@ -515,25 +532,26 @@ func (g *gate[T]) unparkLocked() {
 }
 
 // takeExpired removes from the idle ring the entries that expired says to
-// destroy, each with a permit, for the caller to destroy and then call
-// free for. An entry that expired only by idling (idleOnly) stays
-// while floor or fewer items exist. See "Sweeping" in expiry.go.
-func (g *gate[T]) takeExpired(expired func(*entry[T]) (expired, idleOnly bool), floor int) (es []*entry[T]) {
+// destroy, each with a permit, for the caller to destroy (for the reason
+// expired gave, in whys) and then call free for. An entry that expired only
+// by idling stays while floor or fewer items exist. See "Sweeping" in
+// expiry.go.
+func (g *gate[T]) takeExpired(expired func(*entry[T]) (reason, bool), floor int) (es []*entry[T], whys []reason) {
 	g.lock()
 	defer g.unlock()
 	g.unparkLocked()
 	n := g.held + g.idle.len()
 	g.idle.filter(func(e *entry[T]) (drop bool) {
-		gone, idleOnly := expired(e)
-		if !gone || idleOnly && n <= floor {
+		why, gone := expired(e)
+		if !gone || why == reasonIdle && n <= floor {
 			return false
 		}
 		n--
-		es = append(es, e)
+		es, whys = append(es, e), append(whys, why)
 		return true
 	})
 	g.held += len(es)
-	return es
+	return es, whys
 }
 
 // takeIdleIf removes and returns the oldest idle entry for which want

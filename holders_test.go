@@ -248,7 +248,7 @@ func TestLeakThresholdReportLatency(t *testing.T) {
 
 			var lat []time.Duration
 			for range batches {
-				time.Sleep(time.Duration(rand.Int64N(int64(2 * p.watch.every))))
+				time.Sleep(time.Duration(rand.Int64N(int64(2 * p.watcher.every))))
 				base := reports()
 				start := time.Now() // before any lease of the batch began
 				ls := make([]Lease[*conn], each)
@@ -278,65 +278,44 @@ func TestLeakThresholdReportLatency(t *testing.T) {
 
 func ratio(d, of time.Duration) float64 { return float64(d) / float64(of) }
 
-// TestLeakThresholdWatchesOnlyWhileALeaseIsOut: no goroutine runs for it
-// while no lease is out; the first lease starts one, and it stops within a
-// few scans of the last lease's end.
-func TestLeakThresholdWatchesOnlyWhileALeaseIsOut(t *testing.T) {
+// TestLeakThresholdWatcherRunsFromNewToClose: the watcher is one goroutine
+// of the pool's own, started by New and stopped by Close, whether leases
+// are out or not, that scans no more often than every LeakThreshold/8
+// (doc.go, "Leaks").
+func TestLeakThresholdWatcherRunsFromNewToClose(t *testing.T) {
 	for _, cfg := range hdConfigs {
 		t.Run(cfg.name, func(t *testing.T) {
-			p, _, _, _ := hdNewPool(t, Options[*conn]{MinSize: 2, LeakThreshold: 40 * time.Millisecond, TrackLeaseSites: cfg.sites})
-			assert.Equal(t, uint64(watcherAsleep), p.g.slots.trigger.Load())
-			assert.Zero(t, hdTasks(p), "a goroutine runs with no lease out")
+			const lt = 80 * time.Millisecond
+			p, _ := newTracked(t, Options[*conn]{MinSize: 2, LeakThreshold: lt, TrackLeaseSites: cfg.sites})
+			assert.Equal(t, 1, hdTasks(p), "no watcher after New")
+			assert.Equal(t, lt/8, p.watcher.every)
 			for round := range 3 {
 				l := hdHold(t, p)
-				assert.NotEqual(t, uint64(watcherAsleep), p.g.slots.trigger.Load(), "round %d: a lease out and no watcher", round)
-				assert.Equal(t, 1, hdTasks(p))
-				time.Sleep(time.Duration(rand.Int64N(int64(2 * p.watch.every))))
+				assert.Equal(t, 1, hdTasks(p), "round %d: a lease out", round)
+				time.Sleep(time.Duration(rand.Int64N(int64(2 * p.watcher.every))))
 				l.Release()
-				hdEventually(t, func() bool { return p.g.slots.trigger.Load() == watcherAsleep && hdTasks(p) == 0 },
-					"round %d: the watcher still runs with no lease out", round)
+				assert.Equal(t, 1, hdTasks(p), "round %d: no lease out", round)
 			}
+			require.NoError(t, p.Close())
+			assert.Zero(t, hdTasks(p), "the watcher runs on after Close")
 		})
 	}
 }
 
-// TestLeakThresholdWatcherStopsWithTheLastLease: with a threshold of an
-// hour the watcher scans every 7.5 minutes, yet it stops soon after the
-// lease that woke it ends: the end pokes it. The poke comes before the
-// lease's item is idle again, so a watcher that looked at once could see
-// the lease still out and run on for a scan period; it looks within
-// watchSettle instead. That window is a few instructions wide, so the test
-// takes many leases, each released while the watcher waits on another
-// processor (looking at once, one of the first 20 rounds saw it, at -race).
-func TestLeakThresholdWatcherStopsWithTheLastLease(t *testing.T) {
-	for _, cfg := range hdConfigs {
-		t.Run(cfg.name, func(t *testing.T) {
-			p, _, _, _ := hdNewPool(t, Options[*conn]{LeakThreshold: time.Hour, TrackLeaseSites: cfg.sites})
-			for round := range 200 {
-				l := hdHold(t, p)
-				hdEventually(t, func() bool { return l.e.ends.Load()&endFollowed != 0 }, "round %d: the watcher does not follow the lease", round)
-				l.Release()
-				hdEventually(t, func() bool { return p.g.slots.trigger.Load() == watcherAsleep && hdTasks(p) == 0 },
-					"round %d: the watcher runs on with no lease out", round)
-			}
-		})
-	}
-}
-
-// TestLeakThresholdWatcherRestarts: a lease taken as the watcher stops,
-// or just after, is still reported: see "Waking the watcher" in holders.go.
-func TestLeakThresholdWatcherRestarts(t *testing.T) {
+// TestLeakThresholdLongLeaseAmongShortOnes: a long lease that follows
+// short ones, at any moment of the watcher's period, is reported once.
+func TestLeakThresholdLongLeaseAmongShortOnes(t *testing.T) {
 	const lt = 20 * time.Millisecond
 	for _, cfg := range hdConfigs {
 		t.Run(cfg.name, func(t *testing.T) {
 			p, reps, _, _ := hdNewPool(t, Options[*conn]{MaxSize: 2, LeakThreshold: lt, TrackLeaseSites: cfg.sites})
 			const rounds = 20
 			for i := range rounds {
-				// Short leases that let the watcher stop, then a long one
-				// at a moment around its stop.
+				// Short leases, then a long one at any moment of the
+				// watcher's period.
 				for range 3 {
 					hdHold(t, p).Release()
-					time.Sleep(time.Duration(rand.Int64N(int64(3 * p.watch.every))))
+					time.Sleep(time.Duration(rand.Int64N(int64(3 * p.watcher.every))))
 				}
 				l := hdHold(t, p)
 				hdEventually(t, func() bool { return len(reps.get()) == i+1 }, "round %d: the long lease was not reported", i)

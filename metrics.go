@@ -14,20 +14,14 @@ import (
 // The OpenTelemetry instruments of a pool, on Options.MeterProvider. Every
 // measurement carries the attribute pool.name; durations are in seconds.
 //
-// Cost. Everything hangs off Pool.m, nil without a MeterProvider: then
-// nothing is registered and every hook below is behind a nil check that is
-// off the plain lease path altogether. With a provider, a lease and release
-// of an idle item take the plain path's twin (Pool.light) and record
-// nothing but one lease in useSampleEvery: the gauges are observed in a
-// callback that reads Stats, and the counts they need are the ones the
-// pool keeps anyway. A synchronous Record costs the SDK several times a
-// whole lease and release (docs/DESIGN.md, "Metrics"). So
-// pool.lease.wait_time holds only the leases that queued (recording a 0
-// for every lease served without queueing would break the budget of 2× a
-// lease and release without metrics; pool.leases.granted, from
-// Stats.Leases, counts every successful lease, so the leases that waited
-// 0 s are the difference), and pool.lease.use_time a sample of the leases
-// (see sampledForUse).
+// The invariant: a lease and release of an idle item record nothing but
+// the one lease in useSampleEvery that pool.lease.use_time samples. The
+// gauges are observed in a callback that reads Stats, from counts the pool
+// keeps anyway; the other instruments record where the pool is slow
+// already (a wait, a creation, a check, a destruction, an error). So
+// pool.lease.wait_time holds only the leases that queued, and
+// pool.lease.use_time a sample: docs/DESIGN.md, "Metrics", has what a
+// record costs. Everything hangs off Pool.m, nil without a MeterProvider.
 //
 // The attribute sets and option slices are made once, in New: a variadic
 // option passed to an interface method escapes, so a slice built at the
@@ -186,25 +180,39 @@ const (
 	useSampleEvery = 1 << useSampleBits
 )
 
-// sampledForUse says whether the lease with k leases before it on its
-// processor is one that pool.lease.use_time records. It scrambles k by
-// Fibonacci hashing and keeps the leases whose top useSampleBits come out
-// zero: one in useSampleEvery of any run of leases, as evenly spread as
-// k·φ mod 1 is, and never in step with a pattern of hold times that
-// repeats (taking every useSampleEvery-th lease would see one phase of a
-// pattern whose period divides it). The first lease on each processor
-// (k = 0) is one, so that a pool's first leases show in the histogram at
-// once. It costs a multiplication on the counter each lease keeps anyway
-// (countLeaseN): no state of its own, no write; a light pool's lease
-// makes the compare against slots.trigger, which says as much.
-func sampledForUse(k uint64) bool { return k*fibonacci < useSampleBelow }
-
-// fibonacci is 2⁶⁴/φ, rounded to odd; useSampleBelow, the product below
-// which a lease is sampled: the share 1/useSampleEvery of 2⁶⁴.
+// fibonacci is 2⁶⁴/φ, rounded to odd; useSampleBelow, the scrambled count
+// below which a lease is sampled: the share 1/useSampleEvery of 2⁶⁴.
 const (
 	fibonacci      = 0x9e3779b97f4a7c15
 	useSampleBelow = 1 << (64 - useSampleBits)
 )
+
+// sampledForUse says whether the lease with k leases before it on its
+// processor (slots.countLease) is one that pool.lease.use_time records:
+// the rule, the one place it is written. It scrambles k by Fibonacci
+// hashing and keeps the leases whose product falls below p.useSampleBelow
+// (useSampleBelow; a test may set another share): one in useSampleEvery
+// of any run of leases, as evenly spread as k·φ mod 1 is, and never in
+// step with a pattern of hold times that repeats (every useSampleEvery-th
+// lease would see one phase of a pattern whose period divides it). The
+// first lease on each processor (k = 0) is one, so that a pool's first
+// leases show in the histogram at once. It costs a multiplication and a
+// compare: no state of its own, no write.
+func (p *Pool[T]) sampledForUse(k uint64) bool { return k*fibonacci < p.useSampleBelow }
+
+// sampleUse stamps the start of a lease of e that pool.lease.use_time
+// samples, and notes on e that the lease's end must record it.
+func (p *Pool[T]) sampleUse(e *entry[T]) {
+	e.useFrom = p.now()
+	e.atEnd.Or(atEndSampled)
+}
+
+// recordUse records the hold time of a sampled lease of e that has just
+// ended: the end of a lease calls it when atEnd has atEndSampled.
+func (p *Pool[T]) recordUse(e *entry[T]) {
+	p.m.useTime.Record(context.Background(), seconds(p.now()-e.useFrom), p.m.rec...)
+	e.atEnd.And(^uint32(atEndSampled))
+}
 
 // seconds converts a span of the pool's clock (nanoseconds) to seconds.
 func seconds(ns int64) float64 { return float64(ns) / 1e9 }

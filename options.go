@@ -138,28 +138,27 @@ type Options[T any] struct {
 	// TrackLeaseSites, the stack that took it), Stats.LongLeases and
 	// pool.leases.long. When such a lease ends, Logger says so at Info,
 	// with its final age. It also gives Outstanding its ages. The pool
-	// watches on a goroutine of its own, only while a lease is out, that
-	// Close stops; the lease and release of an idle item pay a load and a
-	// branch for it, nothing else. See "Leaks" in the package
-	// documentation. 0: never.
+	// watches on a goroutine of its own, from New to Close, that scans the
+	// items every LeakThreshold/8; what it costs a lease and release is in
+	// "Leaks" in the package documentation. 0: never.
 	LeakThreshold time.Duration
 
 	// TrackLeaseSites records, on every lease, when and where (the stack of
 	// the Lease call, up to 32 frames) it was taken, so that a LeakReport
-	// can say. Off, leak detection costs nothing per lease. On, every lease
-	// takes the slow path and calls runtime.Callers: a lease and release
-	// cost about ten to thirty times as much (about 0.4–0.6 µs from a
-	// shallow stack and 1.3 µs from 40 frames deep, against 45–55 ns, on
-	// the 2-core machine of bench/RESULTS.md; BenchmarkLeaseReleaseObserved),
-	// and each item about 300 bytes more; still no allocation per lease. For
-	// tests, debugging, or a service hunting a leak.
+	// and Outstanding can say. Off, leak detection costs nothing per lease.
+	// On, every lease takes the slow path and walks its caller's stack,
+	// which costs a lease and release many times as much, and each item
+	// some memory; still no allocation per lease ("Leaks" in the package
+	// documentation says how much). For tests, debugging, or a service
+	// hunting a leak.
 	TrackLeaseSites bool
 
 	// UpkeepInterval runs the pool's upkeep this often (spread by up to
 	// ±10 %, so that many pools do not tick in step; measured from the start
 	// of the previous round), on one goroutine that Close stops, canceling
-	// the upkeep's checks and creations. A round destroys the idle items past IdleTimeout or their
-	// lifetime; with a Preparer and CheckAfterIdle, checks the idle items
+	// the upkeep's checks and creations. A round destroys the idle items
+	// past IdleTimeout or their lifetime; with a Preparer and
+	// CheckAfterIdle, checks the idle items
 	// that sat idle that long, so a dead connection is found before a lease
 	// meets it; and creates items until MinSize exist, never past MaxSize
 	// and never while leases wait (failures are logged and retried sooner,
@@ -218,26 +217,6 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 		return o, fmt.Errorf("%w: MaxLifetimeJitter is %v but MaxLifetime is 0: there is no lifetime to spread", ErrInvalidOptions, o.MaxLifetimeJitter)
 	}
 	return o, nil
-}
-
-// isNil reports whether v is nil or holds a nil pointer, func, map, slice,
-// channel or interface: a typed nil, which an interface-valued option or
-// the factory must not be taken for a value.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	return canBeNil(rv.Type()) && rv.IsNil()
-}
-
-// canBeNil reports whether values of t can be nil.
-func canBeNil(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
-		return true
-	}
-	return false
 }
 
 // defaultName is T's type name without package paths or leading pointer

@@ -127,17 +127,6 @@ type slotsHeader struct {
 	overflowLeases   atomic.Uint64
 	overflowWaits    atomic.Uint64
 	overflowWaitTime atomic.Int64
-	// trigger is what a light pool's lease compares the scrambled count of
-	// leases before it on its processor with (k·fibonacci, see
-	// sampledForUse): below it, the lease takes the rare part of its path
-	// (Pool.lentRare). It is Pool.awake (useSampleBelow with metrics, 0
-	// without) while the watcher of LeakThreshold runs, or when there is
-	// none; watcherAsleep while a pool with LeakThreshold has no watcher
-	// running, so that the next lease wakes one (holders.go, "Waking the
-	// watcher"). One load and one compare so say both whether a lease is
-	// sampled and whether the watcher sleeps. Here, on the line every lease
-	// reads anyway; it changes when the watcher starts or stops.
-	trigger atomic.Uint64
 }
 
 // init makes a slot for every processor that can run at once now. If
@@ -160,29 +149,15 @@ func (r *slots[T]) mine() *slot[T] {
 }
 
 // countLease counts a lease completed on processor pid, which the caller
-// has pinned (procPin). In the build that pins, a slot's lease counter is
-// written by its own processor only, and only while pinned, so no two
-// writes race and a plain load and store do, where a locked add would be
-// the fourth locked instruction of a lease and release (with the take,
-// the lease's end and the park). A processor past the row's end
-// shares a slot with another, so it counts in overflowLeases instead. The
-// portable build pins nothing, and goroutines share slots: it adds.
-func (r *slots[T]) countLease(pid int) {
-	switch {
-	case !pinsProcessor:
-		r.s[pid&r.mask].leases.Add(1)
-	case pid <= r.mask:
-		s := &r.s[pid]
-		s.leases.Store(s.leases.Load() + 1)
-	default:
-		r.overflowLeases.Add(1)
-	}
-}
-
-// countLeaseN is countLease, returning the processor's count of leases
-// before this one: what pool.lease.use_time samples by (see
-// sampledForUse).
-func (r *slots[T]) countLeaseN(pid int) (k uint64) {
+// has pinned (procPin), and returns the processor's count of leases before
+// it, which pool.lease.use_time samples by (sampledForUse). In the build
+// that pins, a slot's lease counter is written by its own processor only,
+// and only while pinned, so no two writes race and a plain load and store
+// do, where a locked add would be one more locked instruction on every
+// lease. A processor past the row's end shares a slot with another, so it
+// counts in overflowLeases instead. The portable build pins nothing, and
+// goroutines share slots: it adds.
+func (r *slots[T]) countLease(pid int) (k uint64) {
 	if pinsProcessor && pid <= r.mask {
 		s := &r.s[pid]
 		k = s.leases.Load()
@@ -216,9 +191,9 @@ func (r *slots[T]) countWait(pid int, waited int64) {
 	}
 }
 
-// take (on lease) and park's fast path (on release) are written out in
-// Pool.lease and Pool.release, to save two calls on the fast path (see
-// docs/DESIGN.md, "Take and park, written out").
+// take (on lease) is written out in Pool.lease, and park's fast path in
+// Pool.release, to save a call each on the fast path (see docs/DESIGN.md,
+// "Take and park, written out").
 
 // park parks e, an idle entry whose permit the caller holds, in the calling
 // processor's slot. It reports false, leaving e and its permit with the
@@ -248,17 +223,6 @@ func (r *slots[T]) steal() *entry[T] {
 		}
 	}
 	return nil
-}
-
-// leaseCount sums the leases counted by countLease and countLeaseN: the
-// leases of a pool that is not plain, all of them (a plain pool also
-// counts some in gate.fastLeases). Without the lock, a moment's estimate;
-// it only grows.
-func (r *slots[T]) leaseCount() (n uint64) {
-	for i := range r.s {
-		n += r.s[i].leases.Load()
-	}
-	return n + r.overflowLeases.Load()
 }
 
 // slotSums are the slots' figures summed up.
@@ -298,9 +262,9 @@ func (r *slots[T]) scan() (sums slotSums) {
 // oldest first, they would all stay in use by turns, and never idle long
 // enough to expire. Close, Clear and a shrink drain from the head.
 //
-// The queue never keeps a reference to an entry it gave out: pop and
-// popNewest clear the slot they read. That matters beyond tidiness: a leased entry must be
-// reachable only from its Lease handles, so that the garbage collector can
+// The queue never keeps a reference to an entry it gave out: pop and popNewest
+// clear the slot they read. That matters beyond tidiness: a leased entry must
+// be reachable only from its Lease handles, so that the garbage collector can
 // find a lease that was dropped without being released.
 type idleQueue[T any] struct {
 	buf  []*entry[T] // len(buf) is a power of two, or zero before first use

@@ -1,11 +1,8 @@
 package pool
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,12 +33,9 @@ type upkeeper struct {
 	gid atomic.Uint64
 }
 
-// upkeepTestHooks are set by tests only: clock becomes the pool clock of
-// every pool New makes while it is set, before its upkeep starts (set
-// after New, it would race with the upkeep); scheduled sees each wait the
+// upkeepTestHooks are set by tests only: scheduled sees each wait the
 // upkeep sets before its next round.
 var upkeepTestHooks struct {
-	clock     func() int64
 	scheduled func(time.Duration)
 }
 
@@ -189,7 +183,7 @@ func (p *Pool[T]) checkIdle(now int64) {
 		if e == nil {
 			return
 		}
-		e.hold() // checked by the upkeep: no lease (see holders.go)
+		e.flipHold() // checked by the upkeep: no lease (see holders.go)
 		if err := p.checkOne(e); err != nil {
 			if p.done.Err() == nil { // else Close cut it short: nothing went wrong
 				p.warn("upkeep: an idle item failed its check", err)
@@ -197,7 +191,7 @@ func (p *Pool[T]) checkIdle(now int64) {
 			continue
 		}
 		e.checkedAt = p.now()
-		e.unhold()
+		e.flipHold()
 		p.quietly(func() { p.giveBackToGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
 	}
 }
@@ -224,20 +218,4 @@ func (p *Pool[T]) checkOne(e *entry[T]) (err error) {
 	err = p.prepare(p.done, e)
 	returned = true
 	return err
-}
-
-// goroutineID returns the id of the calling goroutine, read from the first
-// line of its stack trace ("goroutine 7 [running]:"); 0 if it cannot. Go
-// offers no cheaper way. The upkeep reads it when it starts, and Close to
-// tell whether a callback of the upkeep is its caller.
-func goroutineID() uint64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b, ok := bytes.CutPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); ok && i > 0 {
-		if id, err := strconv.ParseUint(string(b[:i]), 10, 64); err == nil {
-			return id
-		}
-	}
-	return 0
 }

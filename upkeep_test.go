@@ -284,14 +284,14 @@ func TestShutdownCtxBoundsTheWaitForTheUpkeep(t *testing.T) {
 func TestUpkeepRoundsStartAnIntervalApart(t *testing.T) {
 	clk := &fakeClock{}
 	waits := make(chan time.Duration, 64)
-	upkeepTestHooks.clock = clk.now
+	testClock = clk.now
 	upkeepTestHooks.scheduled = func(d time.Duration) {
 		select {
 		case waits <- d:
 		default:
 		}
 	}
-	t.Cleanup(func() { upkeepTestHooks.clock, upkeepTestHooks.scheduled = nil, nil })
+	t.Cleanup(func() { testClock, upkeepTestHooks.scheduled = nil, nil })
 	var dial atomic.Int64 // how long a creation takes, on the fake clock
 	f := FactoryFunc[*conn](func(context.Context) (*conn, error) {
 		clk.advance(dial.Load())

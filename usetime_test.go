@@ -74,8 +74,8 @@ func (h *utHistogram) values() []float64 {
 func utFakeClock(t *testing.T) *fakeClock {
 	clk := &fakeClock{}
 	clk.advance(int64(time.Hour)) // any start: the clock is the pool's own
-	upkeepTestHooks.clock = clk.now
-	t.Cleanup(func() { upkeepTestHooks.clock = nil })
+	testClock = clk.now
+	t.Cleanup(func() { testClock = nil })
 	return clk
 }
 
@@ -126,13 +126,12 @@ func utCompare(t *testing.T, truth, got []float64) {
 	}
 }
 
-// utSampleOneIn makes p, a pool with metrics and no LeakThreshold, sample
-// one lease in n per processor, by the rule it samples by (sampledForUse)
-// with another threshold: so that a test through the pool gets a sample
-// large enough for its quantiles in a run short enough for -race.
+// utSampleOneIn makes p, a pool with metrics, sample one lease in n per
+// processor, by the rule it samples by (sampledForUse) with another
+// threshold: so that a test through the pool gets a sample large enough
+// for its quantiles in a run short enough for -race.
 func utSampleOneIn(p *Pool[*conn], n uint64) {
-	p.awake = math.MaxUint64/n + 1
-	p.g.slots.trigger.Store(p.awake)
+	p.useSampleBelow = math.MaxUint64/n + 1
 }
 
 // TestUseTimeSampleHasTheLeasesQuantiles leases sequentially, with hold
@@ -183,6 +182,7 @@ func TestUseTimeSampleHasTheLeasesQuantiles(t *testing.T) {
 // times need no sort.
 func TestUseTimeSampleRateHasTheLeasesQuantiles(t *testing.T) {
 	const procs = 2
+	p := &Pool[*conn]{useSampleBelow: useSampleBelow} // the rule as New sets it
 	rng := rand.New(rand.NewPCG(21, 42))
 	for _, dist := range utDists {
 		t.Run(dist.name, func(t *testing.T) {
@@ -194,7 +194,7 @@ func TestUseTimeSampleRateHasTheLeasesQuantiles(t *testing.T) {
 				d := dist.hold(rng, i).Seconds()
 				truth.add(d)
 				proc := (uint64(i) * 0xd6e8feb86659fd93 >> 32) % procs // the processor each lease ran on
-				if sampledForUse(count[proc]) {
+				if p.sampledForUse(count[proc]) {
 					got = append(got, d)
 				}
 				count[proc]++
@@ -317,7 +317,7 @@ func TestUseTimeRecordsEveryEnd(t *testing.T) {
 // and the lease takes the plain path.
 func TestUseTimeNotWithoutAMeterProvider(t *testing.T) {
 	p, _ := newTracked(t, Options[*conn]{MinSize: 1})
-	assert.True(t, p.plain)
+	assert.Equal(t, leaseAsIs, p.route.lease)
 	for range 4 * useSampleEvery {
 		l := mustLease(t, p)
 		assert.Zero(t, l.e.useFrom)
@@ -325,8 +325,7 @@ func TestUseTimeNotWithoutAMeterProvider(t *testing.T) {
 	}
 	mp, _ := newUtProvider(t)
 	q, _ := newTracked(t, Options[*conn]{MinSize: 1, MeterProvider: mp})
-	assert.False(t, q.plain)
-	assert.True(t, q.light)
+	assert.Equal(t, leaseSampled, q.route.lease)
 }
 
 // TestMetricsItemsMaxAndMin: the gauges are MaxSize and MinSize as they

@@ -1,0 +1,413 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The way of a lease: Lease, TryLease and Do, the fast path, and the slow
+// lease, a ladder of steps each in one helper below:
+//
+//	refused at the gate?    fail with the reason          refused
+//	queued at the gate?     wait for a permit             wait
+//	a permit in hand:       the newest idle item that     takeReady, judge
+//	                        passes judgement, else
+//	                        a fresh item, checked         createReady
+//	lent:                   counted, wait recorded,       leaseSlow
+//	                        perhaps sampled
+//
+// The invariant: each step that holds the lease's permit either hands it
+// on to the next step, with the item in hand if any, or returns it (and
+// destroys that item) before it returns an error, also on a panic or
+// runtime.Goexit of user code: each such step has a deferred call that
+// lets go of what it holds unless it settled.
+
+// Lease returns a leased item. It reuses an idle item, creates one when
+// fewer than MaxSize exist, or waits in FIFO order for one to be released.
+// The wait ends with ErrLeaseTimeout after Options.LeaseTimeout, with
+// ctx.Err() when ctx ends first, and with ErrClosed when the pool closes.
+// A ctx that has already ended gets ctx.Err() at once, even when an item
+// is idle. A failed creation or preparation of a fresh item returns its
+// error, wrapped. The caller must end the lease: defer l.Release().
+// Lease panics when ctx is nil.
+func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
+	l, err := p.lease(ctx, mayWait)
+	if p.route.sited && err == nil {
+		recordSite(l.e) // here, so that the stack walk starts right at the caller
+	}
+	return l, err
+}
+
+// TryLease is Lease without the wait: when MaxSize items are in use, or
+// other leases already wait for one, it returns ErrExhausted at once. It
+// may still create and prepare an item, within ctx.
+func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
+	l, err := p.lease(ctx, noWait)
+	if p.route.sited && err == nil {
+		recordSite(l.e)
+	}
+	return l, err
+}
+
+// Do leases an item, calls fn with it and ends the lease: Release when fn
+// returns, Discard when fn's error wraps ErrBroken (the item is broken:
+// destroy it, and make room for a fresh one) or when fn panics, in which
+// case the panic goes on once the item is discarded. It returns fn's error
+// as it is, or Lease's error when no item could be leased; ctx bounds the
+// lease only, not fn. Do panics when ctx is nil.
+//
+//	err := p.Do(ctx, func(c *Conn) error {
+//		if err := c.Send(msg); err != nil {
+//			return fmt.Errorf("send: %w: %w", pool.ErrBroken, err)
+//		}
+//		return nil
+//	})
+func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
+	l, err := p.lease(ctx, mayWait)
+	if err != nil {
+		return err
+	}
+	if p.route.sited {
+		recordSite(l.e) // here, so that the stack walk starts right at Do's caller
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			l.Discard() // fn panicked, or called runtime.Goexit: the item may be half-used
+		}
+	}()
+	err = fn(l.Value())
+	returned = true
+	if errors.Is(err, ErrBroken) {
+		l.Discard()
+	} else {
+		l.Release()
+	}
+	return err
+}
+
+// lease is Lease and TryLease: the fast path, and the gate's admission for
+// the slow lease.
+func (p *Pool[T]) lease(ctx context.Context, wait waitChoice) (Lease[T], error) {
+	if ctx == nil {
+		panic(errNilContext)
+	}
+	if err := ctx.Err(); err != nil {
+		return p.leaseFailed(ctx, errCanceled, err) // gave up already: take nothing
+	}
+	// Best case: an idle item parked in this processor's slot (ring.go,
+	// "take", written out here: docs/DESIGN.md, "Take and park, written
+	// out"), not retired by a Clear, in a pool with nothing to judge.
+	if r := &p.g.slots; !r.bypass.Load() {
+		pid := procPin()
+		s := &r.s[pid&r.mask]
+		// Load first: a miss then costs no locked instruction.
+		if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
+			// Not retired by a Clear: the one load and compare this costs is
+			// on a line that the take has read already.
+			switch p.route.lease {
+			case leaseAsIs:
+				if e.era == r.era.Load() {
+					r.countLease(pid) // still pinned: see countLease
+					procUnpin()
+					return Lease[T]{e: e, gen: e.gen.Load()}, nil
+				}
+			case leaseSampled:
+				if e.era == r.era.Load() {
+					if k := r.countLease(pid); p.sampledForUse(k) {
+						p.sampleUse(e) // the clock, read pinned: nothing that may block
+					}
+					procUnpin()
+					return Lease[T]{e: e, gen: e.gen.Load()}, nil
+				}
+			}
+			procUnpin()
+			return p.leaseSlow(ctx, e, nil, admitted)
+		}
+		procUnpin()
+	}
+	// Next best: an idle item, or the room to create one, from the gate, in
+	// the critical section that queues the lease when there is neither.
+	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs)
+	if a == admitted && p.route.lease == leaseAsIs {
+		return Lease[T]{e: e, gen: e.gen.Load()}, nil // counted by acquire
+	}
+	return p.leaseSlow(ctx, e, w, a)
+}
+
+// leaseSlow finishes a lease that the fast path could not, after the gate's
+// admission a: e came with the permit when a is admitted or admitRetired,
+// and w is the lease's place in the queue when a is queued.
+func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission) (Lease[T], error) {
+	// Refused at the gate: the lease fails with the reason.
+	if a.refused() {
+		return p.refused(ctx, a)
+	}
+	// Queued: wait for a permit, which may come with an item.
+	var waited time.Duration
+	if a == queued {
+		var err error
+		if e, waited, err = p.wait(ctx, w); err != nil {
+			return Lease[T]{}, err
+		}
+	}
+	// A permit in hand: the newest idle item that passes judgement, else a
+	// fresh one.
+	e, t, err := p.takeReady(ctx, e)
+	if err == nil && e == nil {
+		e, t, err = p.createReady(ctx)
+	}
+	if err != nil {
+		return p.leaseFailed(ctx, p.failedBy(ctx, t, err), err)
+	}
+	// Lent: counted on its processor (Stats.Leases) and, with metrics,
+	// its wait recorded when it queued, and perhaps sampled for use_time.
+	k := p.g.slots.countLease(procPin())
+	procUnpin()
+	if p.m != nil {
+		if a == queued {
+			p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
+		}
+		if p.sampledForUse(k) {
+			p.sampleUse(e)
+		}
+	}
+	return Lease[T]{e: e, gen: e.gen.Load()}, nil
+}
+
+// refused fails a lease that the gate refused as a.
+func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
+	switch a {
+	case refusedClosed:
+		return p.leaseFailed(ctx, errClosed, p.errClosed)
+	case refusedCanceled:
+		return p.leaseFailed(ctx, errCanceled, ctx.Err())
+	case refusedInUse:
+		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().inUse)
+	default:
+		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queue)
+	}
+}
+
+// wait waits, for the lease that the gate queued as w, until it grants a
+// permit, which may come with an item; it counts the wait (Stats.Waits,
+// WaitTime) and, when the wait ends otherwise, fails the lease with the
+// error its end calls for.
+func (p *Pool[T]) wait(ctx context.Context, w *waiter[T]) (*entry[T], time.Duration, error) {
+	e, waited, expired, err := p.g.await(ctx, w, p.opts.LeaseTimeout)
+	p.g.slots.countWait(procPin(), int64(waited)) // pinned: see countWait
+	procUnpin()
+	if err == nil {
+		return e, waited, nil
+	}
+	if e != nil {
+		// An item granted as we gave up, on a pool that closed or shrank
+		// meanwhile: nobody else may have it.
+		p.destroyAndFreeLogged(e, p.refusedWhy())
+	}
+	var t errType
+	switch {
+	case expired:
+		t, err = errTimeout, fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v",
+			ErrLeaseTimeout, p.opts.Name, p.g.maxSize(), waited.Round(time.Millisecond))
+	case err == ErrClosed:
+		t, err = errClosed, p.errClosed
+	default:
+		t = errCanceled
+	}
+	_, err = p.leaseFailed(ctx, t, err)
+	return nil, waited, err
+}
+
+// takeReady takes idle items for the permit the caller holds, e first when
+// it came with the permit, then the newest, until one is ready to lend (see
+// judge, against one clock read for them all), and destroys the others. It returns no item and no error when
+// none is idle: the permit is the caller's still, to create one. On error,
+// and on a panic or Goexit of user code, it has returned the permit and
+// destroyed the item in hand; failed says which step failed.
+func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T]) (_ *entry[T], failed errType, err error) {
+	settled := false
+	defer func() {
+		if !settled {
+			p.letGo(e)
+		}
+	}()
+	var now int64
+	if p.route.stamped {
+		now = p.leaseClock()
+	}
+	for ; ; e = nil {
+		if e == nil {
+			if e = p.g.takeIdle(); e == nil {
+				settled = true
+				return nil, 0, nil
+			}
+		}
+		v, why, err := p.judge(ctx, e, now)
+		switch v {
+		case lendIt:
+			settled = true
+			return e, 0, nil
+		case spareIt:
+			settled = true
+			p.giveBack(e) // the caller gave up before the check: the item is as good as it was
+			return nil, errCanceled, err
+		}
+		victim := e
+		e = nil
+		p.destroyLogged(victim, why)
+		if err != nil && ctx.Err() != nil {
+			return nil, errCanceled, ctx.Err() // the caller gave up: don't try the next one
+		}
+	}
+}
+
+// verdict is what judge decided of an idle item taken for a lease.
+type verdict uint8
+
+const (
+	lendIt    verdict = iota
+	spareIt           // put it back idle, unjudged: the lease gave up before its check
+	destroyIt         // for the reason judge gave
+)
+
+// judge decides what a lease does with the idle item e: destroy it when a
+// Clear retired it, or when it has expired at now, the lease's clock (but
+// for an item only idle too long that keepsFloor keeps); else check
+// it with the Preparer when it is due a check (needsCheck), and destroy it
+// when the check fails. The error is the
+// check's, or the ctx's when it ended before the check.
+func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64) (verdict, reason, error) {
+	if p.retired(e) {
+		return destroyIt, reasonClear, nil
+	}
+	if !p.route.judged {
+		return lendIt, 0, nil
+	}
+	if p.route.marksOwnWork {
+		e.flipHold() // judged, checked or destroyed: not a lease yet
+	}
+	if why, expired := p.expired(e, now); expired && (why != reasonIdle || !p.keepsFloor()) {
+		return destroyIt, why, nil
+	}
+	if p.needsCheck(e, now) {
+		if err := ctx.Err(); err != nil {
+			p.endJudging(e)
+			return spareIt, 0, err
+		}
+		if err := p.prepare(ctx, e); err != nil {
+			return destroyIt, reasonPrepare, err
+		}
+	}
+	if p.route.stamped {
+		e.idleFor = max(now-e.idleAt, 0)
+	}
+	p.endJudging(e)
+	return lendIt, 0, nil
+}
+
+// leaseClock is the one clock read of a slow lease that may judge idle
+// items, in a pool that stamps releases (in another, nothing judges
+// against the clock); that read also sweeps, when a sweep is due
+// (expiry.go, "Sweeping").
+func (p *Pool[T]) leaseClock() int64 {
+	now := p.now()
+	if p.claimSweep(now) {
+		p.destroyExpired(now)
+	}
+	return now
+}
+
+// endJudging ends the pool's own work on e that judge marked.
+func (p *Pool[T]) endJudging(e *entry[T]) {
+	if p.route.marksOwnWork {
+		e.flipHold()
+	}
+}
+
+// createReady creates a fresh item for the permit the caller holds and,
+// with a Preparer, checks it. On error, and on a panic or Goexit of user
+// code, it has returned the permit (or left it with a creation its caller
+// gave up on) and destroyed the item; failed says which step failed.
+func (p *Pool[T]) createReady(ctx context.Context) (_ *entry[T], failed errType, err error) {
+	var e *entry[T]
+	settled := false
+	defer func() {
+		if !settled {
+			p.letGo(e)
+		}
+	}()
+	var abandoned bool
+	if e, abandoned, err = p.create(ctx); err != nil {
+		settled = abandoned // the permit went with the creation
+		return nil, errCreate, err
+	}
+	if p.opts.Preparer != nil {
+		e.flipHold() // still being created, as far as Outstanding can tell
+		if err = p.prepare(ctx, e); err != nil {
+			return nil, errPrepare, err // the deferred letGo destroys it
+		}
+		e.flipHold()
+	}
+	settled = true
+	return e, 0, nil
+}
+
+// letGo returns the permit of a slow lease that fails, destroying the item
+// in hand, if any.
+func (p *Pool[T]) letGo(e *entry[T]) {
+	if e != nil {
+		p.destroyAndFreeLogged(e, reasonPrepare)
+		return
+	}
+	p.g.free()
+}
+
+// errType classifies a failed lease: the error.type of pool.lease.errors.
+type errType int
+
+const (
+	errTimeout errType = iota
+	errCanceled
+	errClosed
+	errExhausted
+	errCreate
+	errPrepare
+	numErrTypes
+)
+
+var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhausted", "create", "prepare"}
+
+// String returns the error.type that pool.lease.errors records.
+func (t errType) String() string { return errTypeNames[t] }
+
+// failedBy classifies the failure err of the step t of a slow lease: t,
+// unless Close or the caller's ctx ended it. ErrClosed first: a factory
+// that wraps its ctx's error (as net.Dialer does) makes a creation that
+// Close canceled match context.Canceled too, and Close is what ended it.
+func (p *Pool[T]) failedBy(ctx context.Context, t errType, err error) errType {
+	switch {
+	case errors.Is(err, ErrClosed):
+		return errClosed
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return errCanceled
+	}
+	return t
+}
+
+// leaseFailed counts a failed lease of type t, in Stats and in
+// pool.lease.errors, and returns err.
+func (p *Pool[T]) leaseFailed(ctx context.Context, t errType, err error) (Lease[T], error) {
+	switch t {
+	case errCanceled:
+		p.c.canceled.Add(1)
+	case errTimeout:
+		p.c.timeouts.Add(1)
+	}
+	if p.m != nil {
+		p.m.leaseFailed(ctx, t)
+	}
+	return Lease[T]{}, err
+}

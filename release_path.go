@@ -1,0 +1,191 @@
+package pool
+
+import "fmt"
+
+// The way back: what Release, Discard and Detach do with the item once the
+// lease has ended (lease.go).
+//
+// The invariant: whoever ended a lease owns the item and its permit until
+// it hands both on, exactly once: it parks the item in a slot, gives it to
+// the gate (to the oldest waiter, or the idle queue), or destroys or
+// detaches it and frees the permit. Before the item goes anywhere, the end
+// of the lease is accounted for (leaseEnded), once.
+
+// release takes back the item of a lease that Release ended. The fast path
+// parks it as it is; whatever else a pool does on release (Reset, the
+// clock, a retired item) is out of line.
+func (p *Pool[T]) release(e *entry[T]) {
+	if p.retired(e) {
+		p.releaseRetired(e)
+		return
+	}
+	switch p.route.release {
+	case releaseParks:
+	case releaseAccounts:
+		if e.atEnd.Load() != 0 {
+			p.leaseEnded(e)
+		}
+	default:
+		p.releaseSlow(e)
+		return
+	}
+	// slots.park, written out as take is in lease: a call less on the
+	// fast path (docs/DESIGN.md, "Take and park, written out").
+	if r := &p.g.slots; !r.bypass.Load() {
+		s := &r.s[procPin()&r.mask]
+		procUnpin()
+		if s.e.CompareAndSwap(nil, e) && r.confirm(s, e) {
+			return
+		}
+	}
+	p.giveBackToGate(e)
+}
+
+// releaseSlow is release in a pool with Reset, or one that stamps
+// releases: it accounts for the lease's end, runs Reset, and then sweeps
+// when a sweep is due, judges the item's lifetime and stamps its release.
+func (p *Pool[T]) releaseSlow(e *entry[T]) {
+	if e.atEnd.Load() != 0 {
+		p.leaseEnded(e) // the lease ended with Release, before Reset
+	}
+	if p.opts.Reset != nil && !p.reset(e) {
+		return
+	}
+	if !p.route.stamped {
+		p.giveBack(e)
+		return
+	}
+	now := p.now()
+	if p.claimSweep(now) {
+		p.sweepThenRelease(e, now)
+		return
+	}
+	p.releaseAt(e, now)
+}
+
+// leaseEnded accounts for the end of a lease of e (Release, Discard or
+// Detach, gen having moved on): it records a sampled lease's use_time
+// (metrics.go) and unfollows a lease the watcher follows (watcher.go).
+// The holder calls it once per lease, before the item goes anywhere.
+func (p *Pool[T]) leaseEnded(e *entry[T]) {
+	w := e.atEnd.Load()
+	if w&atEndSampled != 0 {
+		p.recordUse(e)
+	}
+	if w&atEndFollowed != 0 {
+		p.unfollowEnded(e)
+	}
+}
+
+// releaseRetired destroys the item of a lease that Release ended, when the
+// item was created before the last Clear.
+func (p *Pool[T]) releaseRetired(e *entry[T]) {
+	p.leaseEnded(e)
+	p.destroyAndFreeLogged(e, reasonClear)
+}
+
+// discard destroys the item of a lease that Discard ended.
+func (p *Pool[T]) discard(e *entry[T]) {
+	p.leaseEnded(e)
+	p.destroyAndFreeLogged(e, reasonDiscard)
+}
+
+// detach takes the item of a lease that Detach ended out of the pool.
+func (p *Pool[T]) detach(e *entry[T]) T {
+	p.leaseEnded(e)
+	e.cleanup.Stop() // the entry is garbage from now on, not a leak
+	p.reg.remove(e)
+	v := e.value
+	p.c.mu.Lock()
+	p.c.detached++
+	p.c.mu.Unlock()
+	p.g.free()
+	return v
+}
+
+// reset runs Options.Reset; when it fails (the error is logged: Release
+// has no caller to return it to), panics or calls runtime.Goexit, the item
+// is destroyed and its permit freed, and reset reports false (or the panic
+// goes on).
+func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
+	if p.route.marksOwnWork {
+		e.flipHold() // between two leases, for as long as Reset takes
+	}
+	defer func() {
+		if !ok {
+			p.destroyAndFreeLogged(e, reasonReset)
+		}
+	}()
+	if err := p.opts.Reset(e.value); err != nil {
+		p.warn("reset item; destroying it", fmt.Errorf("pool %q: reset item: %w", p.opts.Name, err))
+		return false
+	}
+	if p.route.marksOwnWork {
+		e.flipHold()
+	}
+	return true
+}
+
+// sweepThenRelease sweeps, then releases e as releaseAt does, also when a
+// Destroy of the sweep calls runtime.Goexit (t.FailNow in a test): the
+// released item is never lost on the way.
+func (p *Pool[T]) sweepThenRelease(e *entry[T], now int64) {
+	if p.route.marksOwnWork {
+		e.flipHold() // between two leases, for as long as the sweep's Destroys take
+	}
+	defer func() {
+		if p.route.marksOwnWork {
+			e.flipHold()
+		}
+		p.releaseAt(e, now)
+	}()
+	p.destroyExpired(now)
+}
+
+// releaseAt destroys e when it is past its lifetime at now, else stamps it
+// released at now and gives it back.
+func (p *Pool[T]) releaseAt(e *entry[T], now int64) {
+	if now > e.deadline {
+		p.destroyAndFreeLogged(e, reasonLifetime)
+		return
+	}
+	e.idleAt = now
+	p.giveBack(e)
+}
+
+// giveBack makes e idle, an item whose permit the caller holds: in this
+// processor's slot, with its permit, when nobody waits (ring.go, "park");
+// else through the gate. An item that a Clear has retired meanwhile is
+// destroyed instead.
+func (p *Pool[T]) giveBack(e *entry[T]) {
+	if p.retired(e) {
+		p.destroyAndFreeLogged(e, reasonClear)
+		return
+	}
+	if !p.g.slots.park(e) {
+		p.giveBackToGate(e)
+	}
+}
+
+// giveBackToGate is giveBack without the slot: the item goes to the oldest
+// waiter or the idle queue, where the sweep and the upkeep see it. On a
+// closed pool, or one that holds more items than MaxSize after a shrink,
+// it destroys the item.
+func (p *Pool[T]) giveBackToGate(e *entry[T]) {
+	if p.retired(e) {
+		p.destroyAndFreeLogged(e, reasonClear)
+		return
+	}
+	if !p.g.giveBack(e) {
+		p.destroyAndFreeLogged(e, p.refusedWhy())
+	}
+}
+
+// refusedWhy is why the gate refused an item: the pool closed, or it holds
+// more items than MaxSize after SetMaxSize shrank it.
+func (p *Pool[T]) refusedWhy() reason {
+	if p.g.isClosed() {
+		return reasonClose
+	}
+	return reasonResize
+}

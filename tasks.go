@@ -1,0 +1,120 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"strconv"
+	"sync"
+)
+
+// The pool's own goroutines, besides the upkeep's: Clear's refills, the
+// seeding in the background, the watcher of LeakThreshold and its OnLeak
+// calls.
+//
+// The invariant: once stop has returned, no task starts; and wait returns
+// only when every task has returned (or its ctx has ended), so that Close
+// can promise that no callback of the pool's own work runs after it.
+
+// tasks is the runner of a pool's own goroutines.
+type tasks struct {
+	mu      sync.Mutex
+	n       int                 // running
+	stopped bool                // stop has been called: no task starts
+	idle    chan struct{}       // made by wait; closed when n drops to 0
+	ids     map[uint64]struct{} // goroutine ids of the running tasks: see wait
+}
+
+// start runs f on a goroutine of its own, unless stop has been called:
+// then it reports false.
+func (t *tasks) start(f func()) bool {
+	t.mu.Lock()
+	if t.stopped {
+		t.mu.Unlock()
+		return false
+	}
+	t.n++
+	t.mu.Unlock()
+	go func() {
+		id := goroutineID()
+		t.mu.Lock()
+		if t.ids == nil {
+			t.ids = make(map[uint64]struct{})
+		}
+		t.ids[id] = struct{}{}
+		t.mu.Unlock()
+		defer t.done(id) // after a Goexit in f too
+		f()
+	}()
+	return true
+}
+
+// done counts a task that has returned.
+func (t *tasks) done(id uint64) {
+	t.mu.Lock()
+	delete(t.ids, id)
+	t.n--
+	if t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+// stop keeps tasks from starting.
+func (t *tasks) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	t.mu.Unlock()
+}
+
+// wait waits until no task runs, or ctx ends (then it returns ctx.Err()).
+// Called from a task (a factory that calls Close), it cannot wait for its
+// own caller, and returns at once.
+func (t *tasks) wait(ctx context.Context) error {
+	id := goroutineID()
+	t.mu.Lock()
+	if _, mine := t.ids[id]; mine || t.n == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	return awaitOr(ctx, idle)
+}
+
+// awaitOr waits until done is closed, and returns nil, or until ctx ends,
+// and returns ctx.Err(). When both are ready, done wins: the outcome never
+// depends on a select's random choice.
+func awaitOr(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done: // both at once: done it is
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// goroutineID returns the id of the calling goroutine, read from the first
+// line of its stack trace ("goroutine 7 [running]:"); 0 if it cannot. Go
+// offers no cheaper way. Tasks and the upkeep note theirs, so that a Close
+// called from one of their callbacks does not wait for itself.
+func goroutineID() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b, ok := bytes.CutPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); ok && i > 0 {
+		if id, err := strconv.ParseUint(string(b[:i]), 10, 64); err == nil {
+			return id
+		}
+	}
+	return 0
+}
