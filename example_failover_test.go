@@ -1,5 +1,7 @@
 package pool_test
 
+// Examples for broken items and failing backends: Do, Uses, IdleFor, SeedInBackground, Clear.
+
 import (
 	"context"
 	"errors"
@@ -142,4 +144,39 @@ func ExampleOptions_seedInBackground() {
 	// Output:
 	// started, with 0 connections
 	// the floor is there: 2 connections
+}
+
+// Clear retires every item, after a failover say: the idle ones now, a
+// leased one when its lease ends; fresh ones up to MinSize are created in
+// the background.
+func ExamplePool_Clear() {
+	p, err := pool.New(context.Background(), &sessions{}, pool.Options[*session]{MinSize: 1, MaxSize: 4})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	a, _ := p.Lease(ctx)
+	b, _ := p.Lease(ctx)
+	c, _ := p.Lease(ctx)
+	a.Release()
+	b.Release()
+	s := p.Stats()
+	fmt.Printf("before: %d idle, %d leased\n", s.ItemsAvailable, s.ActiveLeases)
+
+	p.Clear() // the server failed over: no session of before may be used again
+	s = p.Stats()
+	// Only the destroyed: the refill to MinSize may have begun already,
+	// and an item being created counts as leased until it is idle.
+	fmt.Printf("after:  %d destroyed, the leased one to go when it comes back\n", s.Destroyed)
+	c.Release() // retired: destroyed, not made idle
+	for p.Stats().ItemsAvailable < 1 {
+		time.Sleep(time.Millisecond) // the refill to MinSize runs in the background
+	}
+	s = p.Stats()
+	fmt.Printf("later:  %d idle, %d leased; %d destroyed, %d created in all\n", s.ItemsAvailable, s.ActiveLeases, s.Destroyed, s.Created)
+	// Output:
+	// before: 2 idle, 1 leased
+	// after:  2 destroyed, the leased one to go when it comes back
+	// later:  1 idle, 0 leased; 3 destroyed, 4 created in all
 }

@@ -1,24 +1,16 @@
 package pool_test
 
+// Examples of a running pool's life: SetMaxSize, the upkeep and Close.
+
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
-	"sync/atomic"
 	"time"
 
 	"github.com/msl-armory/pool"
 )
-
-// session stands in for a connection whose Close prints nothing.
-type session struct{ id int64 }
-
-// sessions is a factory that numbers its sessions.
-type sessions struct{ dialed atomic.Int64 }
-
-func (s *sessions) Create(context.Context) (*session, error) {
-	return &session{id: s.dialed.Add(1)}, nil
-}
 
 // A configuration reload can resize a pool without dropping it: growing
 // serves the leases waiting now, in FIFO order; shrinking destroys idle
@@ -103,4 +95,31 @@ func ExampleOptions_upkeep() {
 	// Output:
 	// after the burst: 6 items
 	// idle a while: 2 items (MinSize), destroyed 4 for idling
+}
+
+// Close destroys the idle items at once and refuses new leases; an item
+// still leased is destroyed when it comes back. To wait for the leases
+// instead, use Shutdown.
+func ExamplePool_Close() {
+	p, err := pool.New[*exConn](context.Background(), &exServer{}, pool.Options[*exConn]{Name: "mail", MaxSize: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	busy, _ := p.Lease(ctx)
+	idle, _ := p.Lease(ctx)
+	idle.Release()
+
+	if err := p.Close(); err != nil {
+		log.Fatal(err)
+	}
+	_, err = p.Lease(ctx)
+	fmt.Println(err)
+	fmt.Println("errors.Is(err, pool.ErrClosed):", errors.Is(err, pool.ErrClosed))
+	busy.Release()
+	// Output:
+	// conn 2: closed
+	// pool: closed: pool "mail"
+	// errors.Is(err, pool.ErrClosed): true
+	// conn 1: closed
 }

@@ -1,5 +1,7 @@
 package pool_test
 
+// Example of several named pools configured, and reloaded, from one JSON file.
+
 import (
 	"context"
 	"encoding/json"

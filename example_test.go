@@ -1,5 +1,7 @@
 package pool_test
 
+// Examples of the main calls, New to Shutdown, and the items and factories all examples share.
+
 import (
 	"context"
 	"encoding/json"
@@ -8,6 +10,7 @@ import (
 	"log"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/msl-armory/pool"
@@ -45,6 +48,16 @@ func (s *exServer) Create(ctx context.Context) (*exConn, error) {
 }
 
 func (s *exServer) restart() { s.epoch++ }
+
+// session stands in for a connection whose Close prints nothing.
+type session struct{ id int64 }
+
+// sessions is a factory that numbers its sessions.
+type sessions struct{ dialed atomic.Int64 }
+
+func (s *sessions) Create(context.Context) (*session, error) {
+	return &session{id: s.dialed.Add(1)}, nil
+}
 
 func ExampleNew() {
 	dial := pool.FactoryFunc[*exConn](func(ctx context.Context) (*exConn, error) {
@@ -116,6 +129,51 @@ func ExamplePool_TryLease() {
 	// Output:
 	// no connection free, try later: pool: exhausted: pool "mail": every item is in use (MaxSize 1)
 	// conn 1: closed
+}
+
+// A pool that is too small and a caller that ran out of time are different
+// problems, and Lease tells them apart: ErrLeaseTimeout when the pool's
+// LeaseTimeout elapsed, the caller's ctx.Err() when its ctx ended.
+func ExampleErrLeaseTimeout() {
+	p, err := pool.New(context.Background(), &sessions{}, pool.Options[*session]{
+		Name:         "api",
+		MaxSize:      1,
+		LeaseTimeout: 20 * time.Millisecond,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	busy, err := p.Lease(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer busy.Release()
+
+	explain := func(err error) string {
+		switch {
+		case errors.Is(err, pool.ErrLeaseTimeout):
+			return "the pool is too small, or leases are held too long"
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+			return "the caller gave up: " + err.Error()
+		}
+		return err.Error()
+	}
+
+	_, err = p.Lease(context.Background()) // waits LeaseTimeout for the busy item
+	fmt.Println(explain(err))
+
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now()) // a request out of time
+	defer cancel()
+	_, err = p.Lease(ctx)
+	fmt.Println(explain(err))
+
+	s := p.Stats()
+	fmt.Printf("timeouts: %d, canceled: %d\n", s.Timeouts, s.Canceled)
+	// Output:
+	// the pool is too small, or leases are held too long
+	// the caller gave up: context deadline exceeded
+	// timeouts: 1, canceled: 1
 }
 
 // exPinger is a Preparer: it finds connections that the server dropped and
@@ -219,6 +277,18 @@ func ExampleOptions_UnmarshalJSON() {
 	}
 	fmt.Println(opts.Name, opts.MaxSize, opts.LeaseTimeout, opts.IdleTimeout)
 	// Output: mail 4 2s 5m0s
+}
+
+// Decoding is strict: a typo in a configuration file is an error that
+// names the key, not a setting silently ignored.
+func ExampleOptions_UnmarshalJSON_strict() {
+	var opts pool.Options[*exConn]
+	err := json.Unmarshal([]byte(`{"MaxSzie": 20}`), &opts)
+	fmt.Println(err)
+	fmt.Println("errors.Is(err, pool.ErrInvalidOptions):", errors.Is(err, pool.ErrInvalidOptions))
+	// Output:
+	// pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)
+	// errors.Is(err, pool.ErrInvalidOptions): true
 }
 
 // exForget takes a lease and never ends it: a leak.

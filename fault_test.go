@@ -3,7 +3,7 @@ package pool
 // Fault injection. TestFaultInjection runs a concurrent load while the
 // factory, the preparer (IsReady and Prepare), Options.Reset or
 // Options.Destroy fail, panic, call runtime.Goexit or hang at random (the
-// faults harness, faults_test.go), and checks what the package
+// faults harness, misbehave_test.go), and checks what the package
 // documentation promises about user code that misbehaves (doc.go, "Waiting
 // and errors" and "Footguns"): the cap and the other invariants hold
 // throughout, no item is ever held by two leases, every panic or Goexit

@@ -409,6 +409,38 @@ func TestMetricsTwoPoolsReportSeparately(t *testing.T) {
 	mtAssertPoints(t, "pool.leases.active", c.mtGauge(t, "pool.leases.active", "{lease}"), mtWant{mtAttrs("b"), 2})
 }
 
+// TestMetricsItemsMaxAndMin: the gauges are MaxSize and MinSize as they
+// are now, following SetMaxSize, so that a dashboard computes saturation
+// as pool.leases.active / pool.items.max.
+func TestMetricsItemsMaxAndMin(t *testing.T) {
+	mp, r := mtProvider(t)
+	p, _ := newTracked(t, Options[*conn]{Name: "sat", MinSize: 2, MaxSize: 8, MeterProvider: mp})
+	gauges := func() (active, maxItems, minItems int64) {
+		c := mtCollect(t, r)
+		set := mtAttrs("sat")
+		return c.mtGauge(t, "pool.leases.active", "{lease}")[set.Equivalent()],
+			c.mtGauge(t, "pool.items.max", "{item}")[set.Equivalent()],
+			c.mtGauge(t, "pool.items.min", "{item}")[set.Equivalent()]
+	}
+	a, mx, mn := gauges()
+	assert.Equal(t, [3]int64{0, 8, 2}, [3]int64{a, mx, mn})
+
+	ls := []Lease[*conn]{mustLease(t, p), mustLease(t, p)}
+	a, mx, _ = gauges()
+	assert.InDelta(t, 0.25, float64(a)/float64(mx), 1e-9, "saturation")
+
+	require.NoError(t, p.SetMaxSize(4))
+	a, mx, mn = gauges()
+	assert.Equal(t, [3]int64{2, 4, 2}, [3]int64{a, mx, mn})
+	assert.InDelta(t, 0.5, float64(a)/float64(mx), 1e-9, "saturation after the shrink")
+	require.NoError(t, p.SetMaxSize(16))
+	_, mx, _ = gauges()
+	assert.Equal(t, int64(16), mx)
+	for _, l := range ls {
+		l.Release()
+	}
+}
+
 // mtCountingProvider counts the meters asked of it.
 type mtCountingProvider struct {
 	metric.MeterProvider
