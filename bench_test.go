@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -300,6 +301,24 @@ func BenchmarkOutstanding(b *testing.B) {
 			wg.Wait()
 			b.ReportMetric(float64(leases)/float64(b.N), "leases/op")
 			b.ReportMetric(float64(n)/float64(b.N), "listed/op")
+		})
+	}
+}
+
+// BenchmarkWatcherScan measures one scan of the watcher of LeakThreshold
+// over a pool's items, none leased: what the watcher costs the process
+// every LeakThreshold/8 while nothing is out (docs/DESIGN.md, "The
+// watcher").
+func BenchmarkWatcherScan(b *testing.B) {
+	for _, n := range []int{16, 1000} {
+		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
+			p, done := bnPool(b, Options[*conn]{MinSize: n, MaxSize: n, LeakThreshold: time.Hour})
+			defer done()
+			var buf scanBufs[*conn]
+			b.ReportAllocs()
+			for b.Loop() {
+				p.followAll(&buf)
+			}
 		})
 	}
 }

@@ -31,10 +31,10 @@ import (
 // destroys them. An expired idle item is so destroyed within a period of
 // the first lease or release after its expiry.
 //
-// With IdleTimeout and MaxLifetime both 0, sweepEvery is 0 and the lease
-// and release paths never read the clock for it: the fast path is as it
-// was. With them set, a lease or release adds one atomic load of sweepAt,
-// which is written once a period.
+// With IdleTimeout and MaxLifetime both 0, sweepEvery is 0 and nothing of
+// this is on the lease and release paths. With them set, a lease or release
+// that reads the clock adds one atomic load of sweepAt, which is written
+// once a period.
 //
 // With the upkeep on, an item that expired only by idling stays while
 // MinSize or fewer items exist: the upkeep would create it again at once.

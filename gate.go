@@ -257,13 +257,10 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 // shrinking, to the permits held.
 //
 // It never turns bypass off: bypassOff does, once an item goes idle, or
-// its room comes free, with nobody waiting. Turned off as soon as the last
-// waiter was granted, it let the next releases park their items where
-// leases on the fast path took them, past the leases still on their way
-// into the queue (blocked on g.mu): under overload one lease in a
-// thousand waited several times as long as with the slots off (see
-// docs/DESIGN.md, "The bypass protocol"). Bypass on longer than needed
-// costs speed only.
+// its room comes free, with nobody waiting, so that the leases still on
+// their way into the queue (blocked on g.mu) are not overtaken by the fast
+// path (docs/DESIGN.md, "The bypass protocol"). Bypass on longer than
+// needed costs speed only.
 func (g *gate[T]) setBypass() (cameOn bool) {
 	g.shrinking = g.held+g.idle.len() > g.size
 	if !g.bypassNeeded() || g.slots.bypass.Load() {
@@ -291,8 +288,9 @@ func (g *gate[T]) bypassOff() {
 // await waits, for w that acquire queued, until a permit is granted, ctx
 // ends, timeout (if positive) elapses, or the gate closes. On success the
 // caller holds a permit and, when e is not nil, the item that came with it.
-// waited says for how long it waited; expired, that the timeout, not ctx,
-// ended the wait. On error e is nil but in one case (see giveUp): an item
+// waited says for how long it waited, whatever the outcome, as Stats.Waits
+// and WaitTime count it; expired, that the timeout, not ctx, ended the
+// wait. On error e is nil but in one case (see giveUp): an item
 // granted as the caller gave up, on a gate that closed meanwhile; the
 // caller holds its permit and must destroy it.
 //
@@ -324,7 +322,9 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 	}
 	w.e, w.err, w.granted = nil, nil, false
 	g.spare.Put(w)
-	return e, time.Duration(monotime() - start), expired, err
+	waited = time.Duration(monotime() - start)
+	g.slots.countWait(int64(waited))
+	return e, waited, expired, err
 }
 
 // arm sets w's timer to fire after timeout, when it is positive, and

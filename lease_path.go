@@ -192,13 +192,10 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 }
 
 // wait waits, for the lease that the gate queued as w, until it grants a
-// permit, which may come with an item; it counts the wait (Stats.Waits,
-// WaitTime) and, when the wait ends otherwise, fails the lease with the
-// error its end calls for.
+// permit, which may come with an item (the gate counts the wait); when the
+// wait ends otherwise, it fails the lease with the error its end calls for.
 func (p *Pool[T]) wait(ctx context.Context, w *waiter[T]) (*entry[T], time.Duration, error) {
 	e, waited, expired, err := p.g.await(ctx, w, p.opts.LeaseTimeout)
-	p.g.slots.countWait(procPin(), int64(waited)) // pinned: see countWait
-	procUnpin()
 	if err == nil {
 		return e, waited, nil
 	}
@@ -345,11 +342,9 @@ func (p *Pool[T]) createReady(ctx context.Context) (_ *entry[T], failed errType,
 		return nil, errCreate, err
 	}
 	if p.opts.Preparer != nil {
-		e.flipHold() // still being created, as far as Outstanding can tell
-		if err = p.prepare(ctx, e); err != nil {
+		if err = p.prepareFresh(ctx, e); err != nil {
 			return nil, errPrepare, err // the deferred letGo destroys it
 		}
-		e.flipHold()
 	}
 	settled = true
 	return e, 0, nil

@@ -15,7 +15,7 @@ import (
 // Lease handles: a lease ends once, through any copy and never through a
 // stale handle; Value and Detach panic on an ended lease; Detach takes the
 // item out of the pool (the package documentation's "Leases and their
-// rules"). Leak detection is in leak_test.go.
+// rules"). Leak detection is in leaks_test.go.
 
 func TestLifecycleValueAndDetachPanicOnEndedLease(t *testing.T) {
 	states := []struct {

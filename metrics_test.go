@@ -89,6 +89,17 @@ func (c mtCollected) mtCounter(t *testing.T, name, unit string) map[attribute.Di
 	return pts
 }
 
+// mtPoolCounter returns the counter name's value for the pool named pool:
+// 0 when the counter has no point yet.
+func (c mtCollected) mtPoolCounter(t *testing.T, name, unit, pool string) int64 {
+	t.Helper()
+	if _, ok := c[name]; !ok {
+		return 0
+	}
+	set := mtAttrs(pool)
+	return c.mtCounter(t, name, unit)[set.Equivalent()]
+}
+
 // mtGauge returns the int64 gauge's points by attribute set.
 func (c mtCollected) mtGauge(t *testing.T, name, unit string) map[attribute.Distinct]int64 {
 	t.Helper()

@@ -62,6 +62,17 @@ func (f CheckFunc[T]) Prepare(ctx context.Context, item T) error {
 	return err
 }
 
+// prepareFresh prepares a fresh item for the lease that created it: held
+// meanwhile (see holders.go), since the item is not out on a lease yet.
+func (p *Pool[T]) prepareFresh(ctx context.Context, e *entry[T]) error {
+	e.flipHold()
+	if err := p.prepare(ctx, e); err != nil {
+		return err // destroyed by the caller: no longer registered
+	}
+	e.flipHold()
+	return nil
+}
+
 // prepare runs IsReady and, when the item is not ready, Prepare, within
 // PreparationTimeout and ctx: the caller's on a lease, the pool's own (which
 // Close cancels) in the upkeep.

@@ -47,10 +47,8 @@ import (
 // must not sit in slots: a waiter would wait while an item idles, and a
 // closed pool must destroy every item. The gate keeps bypass set in those
 // states, and for a while after a wait ends: until an item goes idle, or
-// its room comes free, with nobody waiting (see gate.setBypass: under
-// overload, turning it off with the last waiter let fast-path leases pass
-// the ones still on their way into the queue). It changes bypass under
-// gate.mu, and:
+// its room comes free, with nobody waiting (see gate.setBypass). It
+// changes bypass under gate.mu, and:
 //   - take and park do nothing while bypass is set;
 //   - the gate, after setting bypass, steals every parked entry: hands it to
 //     the oldest waiter, or destroys it on Close;
@@ -171,11 +169,13 @@ func (r *slots[T]) countLease(pid int) (k uint64) {
 	return c.Add(1) - 1
 }
 
-// countWait counts a lease that waited for waited, on processor pid, which
-// the caller has pinned, as countLease counts a lease: with plain loads and
+// countWait counts a lease that waited for waited, on the processor it
+// runs on, as countLease counts a lease: pinned, with plain loads and
 // stores on the processor's own slot, where a locked add would take two
 // more locked instructions on every wait.
-func (r *slots[T]) countWait(pid int, waited int64) {
+func (r *slots[T]) countWait(waited int64) {
+	pid := procPin()
+	defer procUnpin()
 	switch {
 	case !pinsProcessor:
 		s := &r.s[pid&r.mask]

@@ -516,3 +516,18 @@ func awaitBackground[T any](t testing.TB, p *Pool[T]) {
 	defer cancel()
 	require.NoError(t, p.tasks.wait(ctx), "the background creations to end")
 }
+
+// hdHold leases from p: the function the reports and Outstanding must name.
+//
+//go:noinline
+func hdHold(t *testing.T, p *Pool[*conn]) Lease[*conn] {
+	l, err := p.Lease(context.Background())
+	require.NoError(t, err)
+	return l
+}
+
+// hdEventually waits, within testWait, for cond to hold.
+func hdEventually(t *testing.T, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	require.Eventually(t, cond, testWait, time.Millisecond, append([]any{msg}, args...)...)
+}

@@ -82,11 +82,7 @@ func lkNewPool(t *testing.T, opts Options[*conn]) (*Pool[*conn], *tracker, *lkRe
 // it has no point.
 func lkLeakedMetric(t *testing.T, c mtCollected, name string) int64 {
 	t.Helper()
-	if _, ok := c["pool.leases.leaked"]; !ok {
-		return 0
-	}
-	set := mtAttrs(name)
-	return c.mtCounter(t, "pool.leases.leaked", "{lease}")[set.Equivalent()]
+	return c.mtPoolCounter(t, "pool.leases.leaked", "{lease}", name)
 }
 
 func TestLeakReportedOnceWithItsSite(t *testing.T) {
@@ -103,7 +99,7 @@ func TestLeakReportedOnceWithItsSite(t *testing.T) {
 	assert.Less(t, rep.Age, testWait)
 	first, _, _ := strings.Cut(rep.Stack, "\n")
 	assert.Equal(t, "github.com/msl-armory/pool.lkLeakOne", first, "the stack starts at the caller of Lease:\n%s", rep.Stack)
-	assert.Contains(t, rep.Stack, "leak_test.go:")
+	assert.Contains(t, rep.Stack, "leaks_test.go:")
 	assert.Contains(t, rep.Stack, "\ngithub.com/msl-armory/pool.TestLeakReportedOnceWithItsSite\n", "the stack goes on to the test")
 
 	s := p.Stats()
