@@ -218,12 +218,12 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T]) (*entry[T], time.Durat
 	return nil, waited, err
 }
 
-// takeReady takes idle items for the permit the caller holds, e first when
-// it came with the permit, then the newest, until one is ready to lend (see
-// judge, against one clock read for them all), and destroys the others. It returns no item and no error when
-// none is idle: the permit is the caller's still, to create one. On error,
-// and on a panic or Goexit of user code, it has returned the permit and
-// destroyed the item in hand; failed says which step failed.
+// takeReady takes idle items for the permit the caller holds, e first when it
+// came with the permit, then the newest, until one is ready to lend (see judge,
+// against one clock read for them all), and destroys the others. It returns no
+// item and no error when none is idle: the permit is the caller's still, to
+// create one. On error, and on a panic or Goexit of user code, it has returned
+// the permit and destroyed the item in hand; failed says which step failed.
 func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T]) (_ *entry[T], failed errType, err error) {
 	settled := false
 	defer func() {
@@ -231,9 +231,11 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T]) (_ *entry[T], fail
 			p.letGo(e)
 		}
 	}()
-	var now int64
+	var now int64 // the one clock read, in a pool that stamps releases; it may sweep
 	if p.route.stamped {
-		now = p.leaseClock()
+		if now = p.now(); p.claimSweep(now) {
+			p.destroyExpired(now)
+		}
 	}
 	for ; ; e = nil {
 		if e == nil {
@@ -272,10 +274,10 @@ const (
 
 // judge decides what a lease does with the idle item e: destroy it when a
 // Clear retired it, or when it has expired at now, the lease's clock (but
-// for an item only idle too long that keepsFloor keeps); else check
-// it with the Preparer when it is due a check (needsCheck), and destroy it
-// when the check fails. The error is the
-// check's, or the ctx's when it ended before the check.
+// for an item only idle too long that keepsFloor keeps); else check it with
+// the Preparer when it is due a check (needsCheck), and destroy it when the
+// check fails. The error is the check's, or the ctx's when it ended before
+// the check.
 func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64) (verdict, reason, error) {
 	if p.retired(e) {
 		return destroyIt, reasonClear, nil
@@ -303,18 +305,6 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64) (verdict, r
 	}
 	p.endJudging(e)
 	return lendIt, 0, nil
-}
-
-// leaseClock is the one clock read of a slow lease that may judge idle
-// items, in a pool that stamps releases (in another, nothing judges
-// against the clock); that read also sweeps, when a sweep is due
-// (expiry.go, "Sweeping").
-func (p *Pool[T]) leaseClock() int64 {
-	now := p.now()
-	if p.claimSweep(now) {
-		p.destroyExpired(now)
-	}
-	return now
 }
 
 // endJudging ends the pool's own work on e that judge marked.
