@@ -315,10 +315,35 @@ func (p *Pool[T]) createIdle(who string) (ok bool) {
 }
 
 // refill creates idle items until MinSize are idle, as Clear does after
-// destroying the idle items, on a goroutine of its own.
+// destroying the idle items, on a goroutine of its own: one refill at a
+// time, so that no refill counts the creations of another as missing. A
+// Clear while one runs asks it to look again before it stops (refills
+// counts the asks).
 func (p *Pool[T]) refill() {
-	if p.opts.MinSize > 0 {
-		p.tasks.start(func() { p.fill(idleItems, "clear: refill") })
+	if p.opts.MinSize == 0 || p.refills.Add(1) > 1 {
+		return
+	}
+	if !p.tasks.start(p.refillLoop) {
+		p.refills.Store(0) // closed: nothing to refill
+	}
+}
+
+// refillLoop is the one refill running: it fills, then stops unless a
+// Clear asked meanwhile.
+func (p *Pool[T]) refillLoop() {
+	stopped := false
+	defer func() {
+		if !stopped {
+			p.refills.Store(0) // a Goexit in the factory: the next Clear starts another
+		}
+	}()
+	for {
+		asked := p.refills.Load()
+		p.fill(idleItems, "clear: refill")
+		if p.refills.CompareAndSwap(asked, 0) {
+			stopped = true
+			return
+		}
 	}
 }
 

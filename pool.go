@@ -71,6 +71,9 @@ type Pool[T any] struct {
 	// reports: see tasks.go. Apart from the pool, so that a task can
 	// outlive a pool dropped without Close without keeping it alive.
 	tasks *tasks
+	// refills counts the Clears that asked for a refill since the one
+	// running began: see refill.
+	refills atomic.Int32
 
 	reg     registry[T]           // every entry in existence, held weakly: see holders.go
 	watcher *watcher              // nil without LeakThreshold: see watcher.go

@@ -347,6 +347,44 @@ func TestClearRefillIsCappedByFreePermits(t *testing.T) {
 	}
 }
 
+// TestClearRefillStopsAtMinSize: Clears that come faster than a creation
+// refill the idle items to MinSize, not past it: a Clear's refill counts
+// the creations of the refills before it (doc.go, "Lifecycle of an item":
+// Clear "refills the idle items to MinSize").
+func TestClearRefillStopsAtMinSize(t *testing.T) {
+	t.Run("slow factory", func(t *testing.T) {
+		tr := &tracker{}
+		p, err := New[*conn](context.Background(), FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+			time.Sleep(30 * time.Millisecond)
+			return tr.Create(ctx)
+		}), Options[*conn]{MinSize: 2, MaxSize: 10, Destroy: tr.destroy})
+		require.NoError(t, err)
+		defer p.Close()
+		for range 10 {
+			p.Clear()
+			time.Sleep(3 * time.Millisecond)
+		}
+		awaitBackground(t, p)
+		s := p.Stats()
+		assert.Equal(t, 2, s.ItemsAvailable, "idle items at rest")
+		assert.Equal(t, 2, s.ItemsAllocated)
+		assert.Equal(t, int64(2), tr.live.Load())
+	})
+	t.Run("hanging factory", func(t *testing.T) {
+		p, tr := newTracked(t, Options[*conn]{MinSize: 3, MaxSize: 10})
+		tr.mu.Lock()
+		tr.block = make(chan struct{}) // every dial from now on hangs until its ctx ends
+		tr.mu.Unlock()
+		for range 20 {
+			p.Clear()
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond)
+		assert.LessOrEqual(t, tr.live.Load(), int64(3), "creations under way for MinSize 3 after 20 Clears")
+		require.NoError(t, p.Close())
+	})
+}
+
 func TestCloseWakesEveryWaiterWithErrClosed(t *testing.T) {
 	const waiters = 6
 	p, tr := newTracked(t, Options[*conn]{MaxSize: 2})
