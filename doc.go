@@ -353,8 +353,10 @@
 //
 // With LeakThreshold set, a lease still held LeakThreshold after it began is
 // reported once, between LeakThreshold and 1.5 × LeakThreshold after it
-// began (plus whatever delay the scheduler adds to the pool's timer),
-// whether or not UpkeepInterval is set: Options.OnLeak receives a
+// began (plus whatever delay the scheduler adds to the pool's timer) for a
+// LeakThreshold of 8 ms or more; below that, since the pool scans at most
+// once a millisecond, within LeakThreshold + 3 ms. This holds whether or
+// not UpkeepInterval is set: Options.OnLeak receives a
 // [LeakReport] with Held true, the Logger a Warn ("pool: a lease has been
 // held longer than LeakThreshold") with the attributes pool.name, age and,
 // with TrackLeaseSites, stack (the Lease call's stack, as in

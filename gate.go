@@ -532,8 +532,8 @@ func (g *gate[T]) unparkLocked() {
 }
 
 // takeExpired removes from the idle ring the entries that expired says to
-// destroy, each with a permit, for the caller to destroy (for the reason
-// expired gave, in whys) and then call free for. An entry that expired only
+// destroy, each with a permit and held (see holders.go), for the caller to
+// destroy (for the reason expired gave, in whys) and then call free for. An entry that expired only
 // by idling stays while floor or fewer items exist. See "Sweeping" in
 // expiry.go.
 func (g *gate[T]) takeExpired(expired func(*entry[T]) (reason, bool), floor int) (es []*entry[T], whys []reason) {
@@ -547,6 +547,7 @@ func (g *gate[T]) takeExpired(expired func(*entry[T]) (reason, bool), floor int)
 			return false
 		}
 		n--
+		e.flipHold() // on its way to Destroy: no lease (holders.go)
 		es, whys = append(es, e), append(whys, why)
 		return true
 	})
@@ -555,7 +556,8 @@ func (g *gate[T]) takeExpired(expired func(*entry[T]) (reason, bool), floor int)
 }
 
 // takeIdleIf removes and returns the oldest idle entry for which want
-// reports true, with a permit, or nil when there is none.
+// reports true, with a permit and held (see holders.go), or nil when there
+// is none.
 func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	g.lock()
 	defer g.unlock()
@@ -569,6 +571,7 @@ func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	})
 	if e != nil {
 		g.held++
+		e.flipHold()
 	}
 	return e
 }
@@ -592,7 +595,8 @@ func (g *gate[T]) takeIdle() *entry[T] {
 // drainIdle removes every idle entry, queued or parked, with a permit for
 // each (taken for the queued ones: possible without waiting, as held + idle
 // <= size), so that the items count against the cap until the caller has
-// destroyed them and returned the permits.
+// destroyed them and returned the permits; and held, so that no scan takes
+// one for a lease while it waits for its Destroy (see holders.go).
 func (g *gate[T]) drainIdle() []*entry[T] {
 	g.lock()
 	defer g.unlock()
@@ -607,6 +611,9 @@ func (g *gate[T]) drainIdleLocked() []*entry[T] {
 	g.held += len(es)
 	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
 		es = append(es, e)
+	}
+	for _, e := range es {
+		e.flipHold() // on its way to Destroy: no lease (holders.go)
 	}
 	return es
 }
@@ -741,6 +748,7 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 		// join the idle queue, as bypass requires.
 		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
 			if over > 0 {
+				e.flipHold() // on its way to Destroy: no lease (holders.go)
 				excess = append(excess, e)
 				over--
 			} else {
@@ -754,6 +762,7 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 			break // the rest of the excess is leased
 		}
 		g.held++
+		e.flipHold()
 		excess = append(excess, e)
 	}
 	return excess, nil

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -35,16 +36,31 @@ import (
 //   - the idle entries, queued or parked, copied under the gate's lock
 //     (gate.idleEntries).
 //
-// An entry is out when a scan finds it registered, its holds even and not
-// idle. Without TrackLeaseSites that is all a scan knows, and it can be
-// wrong for an instant: between the end of a lease and the park of its
-// item (gen has moved on, the item is not idle yet), between a slot's take
-// for a judging lease and the hold that follows, or while a parked entry
-// moves from a slot the scan has not read to one it has. Each such window
-// is a few instructions with no user code in it: whatever may take long
-// between two leases is a hold. With TrackLeaseSites a scan knows exactly:
-// the site records the generation of the lease it describes (recordSite),
-// and an entry is out when its site describes its current generation.
+// A scan reads gen and holds, then copies the idle entries, then reads gen
+// and holds again: an entry is out when it is registered, not idle, its
+// holds even and neither gen nor holds moved between the two reads. It is
+// then out at the instant of the copy, in the lease of the generation
+// read (or in one of the windows below). Every path that takes an entry
+// out of the idle ring to destroy it holds the entry in the critical
+// section that takes it out (gate.drainIdle, takeExpired, resize, and
+// takeIdleIf for the upkeep's checks), so a copy that no longer finds it
+// finds its holds moved; an entry whose lease ended moved its gen; and an
+// entry that left the registry after the scan listed it (destroyed or
+// detached) has its holds at holdsGone. So no entry waiting for its
+// Destroy, nor one whose lease ended before the copy, is out, and each
+// entry out is held by one goroutine at that instant: Outstanding never
+// lists more leases than goroutines hold.
+//
+// Without TrackLeaseSites a scan can still be wrong for an instant: between the
+// end of a lease and the park of its item, or the start of its destruction (gen
+// has moved on before the first read, the item is not idle yet), between a
+// slot's take for a judging lease and the hold that follows, or while a parked
+// entry moves from a slot the scan has not read to one it has. Each such window
+// is a few instructions with no user code in it, and the goroutine in it holds
+// no other lease: whatever may take long between two leases is a hold. With
+// TrackLeaseSites a scan knows exactly: the site records the generation of the
+// lease it describes (recordSite), and an entry is out when its site describes
+// its current generation.
 
 // registry is every entry in existence, held weakly, for the scans.
 type registry[T any] struct {
@@ -63,12 +79,18 @@ func (r *registry[T]) add(e *entry[T]) {
 	r.mu.Unlock()
 }
 
-// remove forgets e, as its destruction or Detach begins.
+// remove forgets e, as its destruction or Detach begins, and marks it
+// gone for the scans that listed it before (see "Which entries are out").
 func (r *registry[T]) remove(e *entry[T]) {
+	e.holds.Store(holdsGone)
 	r.mu.Lock()
 	delete(r.all, e.self)
 	r.mu.Unlock()
 }
+
+// holdsGone is entry.holds once the entry has left the registry: odd, and
+// never even again.
+const holdsGone = math.MaxUint32
 
 // list appends every registered entry to buf, and forgets those the
 // garbage collector has taken: leaked leases, which their cleanups report.
@@ -149,7 +171,9 @@ func (p *Pool[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
 	for i := range b.seen {
 		x := &b.seen[i]
 		_, idle := b.set[x.e]
-		x.out = !idle && x.holds&1 == 0
+		// Read again: out at the instant of the idle copy, in the lease x
+		// saw, only when neither gen nor holds moved around it.
+		x.out = !idle && x.holds&1 == 0 && x.e.gen.Load() == x.gen && x.e.holds.Load() == x.holds
 	}
 	return b.seen, p.now()
 }
@@ -175,7 +199,9 @@ type LeaseInfo struct {
 // TrackLeaseSites, not even one that a Lease call is checking with the
 // Preparer, or a Release call resetting (without either, such an item is
 // listed, without an age). So its length never exceeds Stats.ActiveLeases
-// taken when nothing moves, and always stays within MaxSize. It is the
+// taken when nothing moves, nor the number of leases out, and stays within
+// MaxSize, but for a while after SetMaxSize shrank it: until the leases
+// beyond the new MaxSize have ended. It is the
 // tool behind "look for slow or leaked leases" when ErrLeaseTimeout
 // appears: safe to call from a debug handler under load, it takes no lock
 // that a lease takes for longer than a copy of the idle items, and costs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -315,4 +316,164 @@ func TestOutstandingAllocatesNothingOnTheLease(t *testing.T) {
 		})
 		assert.Zero(t, allocs, "allocations per lease and release, %s", fmt.Sprint(opts.LeakThreshold, opts.TrackLeaseSites))
 	}
+}
+
+// TestOutstandingSparesItemsWaitingForDestroy: items that Clear, a
+// shrinking SetMaxSize, a sweep for expiry or Close took out of the idle
+// items, and that wait their turn for a slow Destroy, are not leases: while
+// they wait, Outstanding lists only the one lease a goroutine holds at a
+// time, and LeakThreshold reports none of them (doc.go, "Leaks": never
+// reported as held "however long it takes: an item ... being ...
+// destroyed").
+func TestOutstandingSparesItemsWaitingForDestroy(t *testing.T) {
+	const (
+		idle  = 8
+		slow  = 25 * time.Millisecond // each Destroy: the last waits 8 × that
+		short = 2 * time.Millisecond  // the leases that go on meanwhile
+	)
+	paths := []struct {
+		name  string
+		opts  Options[*conn]
+		start func(p *Pool[*conn]) // takes the idle items out to destroy them; may block
+	}{
+		{"Clear", Options[*conn]{}, func(p *Pool[*conn]) { p.Clear() }},
+		{"SetMaxSize", Options[*conn]{}, func(p *Pool[*conn]) { _ = p.SetMaxSize(1) }},
+		{"sweep", Options[*conn]{IdleTimeout: 30 * time.Millisecond}, func(p *Pool[*conn]) {
+			time.Sleep(40 * time.Millisecond) // past IdleTimeout, and a sweep due
+			l, err := p.Lease(context.Background())
+			if err == nil {
+				l.Release()
+			}
+		}},
+		{"Close", Options[*conn]{}, func(p *Pool[*conn]) { _ = p.Close() }},
+	}
+	for _, path := range paths {
+		for _, cfg := range hdConfigs {
+			t.Run(path.name+"/"+cfg.name, func(t *testing.T) {
+				opts := path.opts
+				opts.MaxSize = idle + 1
+				if path.name != "SetMaxSize" { // which cannot shrink below MinSize
+					opts.MinSize = idle
+				}
+				opts.LeakThreshold, opts.TrackLeaseSites = 4*slow, cfg.sites
+				var destroying atomic.Bool
+				opts.Destroy = func(c *conn) error {
+					if destroying.Load() {
+						time.Sleep(slow)
+					}
+					return c.Close()
+				}
+				p, _, _, _ := hdNewPool(t, opts)
+				warm := make([]Lease[*conn], idle)
+				for i := range warm {
+					warm[i] = mustLease(t, p)
+				}
+				for _, l := range warm {
+					l.Release()
+				}
+				require.Equal(t, idle, p.Stats().ItemsAvailable)
+				destroying.Store(true)
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				wg.Go(func() { // one lease at a time, as a light load does
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						l, err := p.TryLease(context.Background())
+						if err != nil {
+							time.Sleep(short)
+							continue
+						}
+						time.Sleep(short)
+						l.Release()
+					}
+				})
+				done := make(chan struct{})
+				go func() { defer close(done); path.start(p) }()
+				most := 0
+				for deadline := time.Now().Add(idle * slow); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+					most = max(most, len(p.Outstanding()))
+				}
+				<-done
+				close(stop)
+				wg.Wait()
+				assert.LessOrEqual(t, most, 1, "Outstanding listed items waiting for their Destroy as leases")
+				assert.Zero(t, p.Stats().LongLeases, "an item waiting for its Destroy was reported as a long lease")
+			})
+		}
+	}
+}
+
+// TestOutstandingNeverListsEndedLeases: while 64 goroutines lease over 128
+// items and discard one lease in four, Outstanding never lists more leases
+// than the goroutines can hold at once: a lease that ended while the scan
+// ran, its item destroyed and replaced, is not listed (doc.go, "When
+// leases time out"; Outstanding's doc: never more than the leases out).
+func TestOutstandingNeverListsEndedLeases(t *testing.T) {
+	const workers, items = 64, 128
+	for _, cfg := range []struct {
+		name string
+		opts Options[*conn]
+	}{
+		{"neither", Options[*conn]{}},
+		{"LeakThreshold", Options[*conn]{LeakThreshold: time.Hour}},
+		{"TrackLeaseSites", Options[*conn]{TrackLeaseSites: true}},
+	} {
+		t.Run(cfg.name, func(t *testing.T) {
+			opts := cfg.opts
+			opts.MinSize, opts.MaxSize = items, items
+			p, _ := newTracked(t, opts)
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					for i := 0; ctx.Err() == nil; i++ {
+						l, err := p.Lease(ctx)
+						if err != nil {
+							return
+						}
+						runtime.Gosched()
+						if (i+w)%4 == 0 {
+							l.Discard()
+						} else {
+							l.Release()
+						}
+					}
+				})
+			}
+			most, scans := 0, 0
+			for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); scans++ {
+				most = max(most, len(p.Outstanding()))
+			}
+			stop()
+			wg.Wait()
+			t.Logf("%d scans, at most %d leases listed", scans, most)
+			assert.LessOrEqual(t, most, workers, "Outstanding listed more leases than %d goroutines can hold", workers)
+		})
+	}
+}
+
+// TestOutstandingAfterAShrink: after SetMaxSize shrank the pool below the
+// leases out, Outstanding lists them all, more than the new MaxSize, until
+// they end (Outstanding's doc: within MaxSize but for a while after a
+// shrink).
+func TestOutstandingAfterAShrink(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 4, LeakThreshold: time.Hour})
+	ls := make([]Lease[*conn], 4)
+	for i := range ls {
+		ls[i] = mustLease(t, p)
+	}
+	require.NoError(t, p.SetMaxSize(2))
+	assert.Len(t, p.Outstanding(), 4, "the leases beyond the new MaxSize are still out")
+	for _, l := range ls[:2] {
+		l.Release()
+	}
+	assert.Len(t, p.Outstanding(), 2)
+	for _, l := range ls[2:] {
+		l.Release()
+	}
+	assert.Empty(t, p.Outstanding())
 }

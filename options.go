@@ -133,7 +133,9 @@ type Options[T any] struct {
 
 	// LeakThreshold: a lease still held this long after it began is
 	// reported once as a possible leak, between LeakThreshold and 1.5 ×
-	// LeakThreshold after it began (plus scheduling delay): OnLeak with
+	// LeakThreshold after it began (plus scheduling delay; below 8 ms,
+	// within LeakThreshold + 3 ms: see "Leaks" in the package
+	// documentation): OnLeak with
 	// LeakReport.Held, a Warn through Logger with its age (and, with
 	// TrackLeaseSites, the stack that took it), Stats.LongLeases and
 	// pool.leases.long. When such a lease ends, Logger says so at Info,

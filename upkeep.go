@@ -183,7 +183,6 @@ func (p *Pool[T]) checkIdle(now int64) {
 		if e == nil {
 			return
 		}
-		e.flipHold() // checked by the upkeep: no lease (see holders.go)
 		if err := p.checkOne(e); err != nil {
 			if p.done.Err() == nil { // else Close cut it short: nothing went wrong
 				p.warn("upkeep: an idle item failed its check", err)

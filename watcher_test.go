@@ -422,3 +422,40 @@ func TestLeakThresholdFromConfiguration(t *testing.T) {
 	_, err = New[*conn](context.Background(), &tracker{}, o)
 	assert.ErrorIs(t, err, ErrInvalidOptions)
 }
+
+// TestLeakThresholdBelowEightMilliseconds: the watcher scans every
+// LeakThreshold/8 but at most once a millisecond, so the report's bound of
+// 1.5 × LeakThreshold starts at 8 ms, and below it a report comes within
+// LeakThreshold + 3 ms (doc.go, "Leaks"), never before LeakThreshold.
+func TestLeakThresholdBelowEightMilliseconds(t *testing.T) {
+	for _, tc := range []struct{ threshold, every time.Duration }{
+		{time.Second, 125 * time.Millisecond},
+		{8 * time.Millisecond, time.Millisecond},
+		{2 * time.Millisecond, time.Millisecond},
+	} {
+		w := newWatcher(tc.threshold)
+		assert.Equal(t, tc.every, w.every, "LeakThreshold %v", tc.threshold)
+		assert.Equal(t, tc.threshold >= 8*time.Millisecond, tc.threshold+3*w.every <= tc.threshold*3/2,
+			"LeakThreshold %v: the 1.5 × bound holds from 8 ms on", tc.threshold)
+	}
+	const (
+		lt    = 2 * time.Millisecond
+		slack = 20 * time.Millisecond // the scheduling delay allowed, on a loaded machine
+	)
+	for _, cfg := range hdConfigs {
+		t.Run(cfg.name, func(t *testing.T) {
+			reported := make(chan time.Time, 1)
+			p, _, _, _ := hdNewPool(t, Options[*conn]{MaxSize: 1, LeakThreshold: lt, TrackLeaseSites: cfg.sites,
+				OnLeak: func(LeakReport) { reported <- time.Now() }})
+			for round := range 10 {
+				start := time.Now()
+				l := hdHold(t, p)
+				at := recvOrFail(t, reported, "the long lease's report")
+				l.Release()
+				took := at.Sub(start)
+				assert.GreaterOrEqual(t, took, lt, "round %d: reported before LeakThreshold", round)
+				assert.LessOrEqual(t, took, lt+3*time.Millisecond+slack, "round %d: reported after LeakThreshold + 3 ms", round)
+			}
+		})
+	}
+}
