@@ -1,5 +1,5 @@
 // Package bench compares github.com/msl-armory/pool with other ways to pool
-// items in Go, on the same four workloads:
+// items in Go, on the same five workloads:
 //
 //   - Sequential: one goroutine leases and releases, over 16 items.
 //   - Parallel: b.RunParallel (one goroutine per P), over 16 items.
@@ -8,6 +8,10 @@
 //   - Overload: 64 goroutines over 8 items, each holding its item for about
 //     20 µs of CPU work; it reports the wait for an item as percentiles
 //     (overload_test.go).
+//   - ReleaseThenWork: 16 goroutines over 4 items, each holding its item
+//     for about 2 µs of CPU work and computing for about 20 µs after
+//     releasing it; it reports the wait's percentiles and the whole
+//     cycle's p99.9 (releasethenwork_test.go).
 //
 // Sub-benchmarks are named pool=NAME so that benchstat -col /pool puts the
 // pools in columns. Each pool is an adapter (contenders_test.go) that passes
@@ -74,8 +78,8 @@ func (c *census) check(b *testing.B, bound int, closed bool) {
 // adapter: each field runs its workload on a fresh pool of n items.
 // workloads_gen_test.go lists them, as contenders.
 type contender struct {
-	name                           string
-	sequential, parallel, overload func(b *testing.B, n int)
+	name                                            string
+	sequential, parallel, overload, releaseThenWork func(b *testing.B, n int)
 }
 
 func BenchmarkSequential(b *testing.B) {

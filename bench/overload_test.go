@@ -85,21 +85,16 @@ func (w *overloadWorker) hold(i int) {
 	w.work[i] = time.Since(t0)
 }
 
-// runOverload runs b.N leases split over overloadGoroutines goroutines
-// (each gets b.N/64, the first b.N%64 one more), each goroutine running
-// loop over its own worker, and reports the wait's percentiles, the
-// throughput and the median work per lease. loop does len(w.wait) leases
-// (overload's, over one adapter). The goroutines start together, once the
-// timer is running.
+// runOverload runs b.N leases split over overloadGoroutines goroutines,
+// each goroutine running loop over its own worker, and reports the wait's
+// percentiles, the throughput and the median work per lease. loop does
+// len(w.wait) leases (overload's, over one adapter).
 func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 	b.Helper()
 	spins := calibrateSpin()
 	workers := make([]overloadWorker, overloadGoroutines)
 	for g := range workers {
-		n := b.N / overloadGoroutines
-		if g < b.N%overloadGoroutines {
-			n++
-		}
+		n := share(b.N, g, overloadGoroutines)
 		workers[g] = overloadWorker{
 			wait:  make([]time.Duration, n),
 			work:  make([]time.Duration, n),
@@ -107,28 +102,7 @@ func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 			spins: spins,
 		}
 	}
-	// ready: every goroutine has been created and scheduled once before the
-	// timer starts, so the timer holds leases, not goroutine start-up.
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	for g := range workers {
-		ready.Add(1)
-		done.Add(1)
-		go func(w *overloadWorker) {
-			defer done.Done()
-			ready.Done()
-			<-start
-			loop(w)
-		}(&workers[g])
-	}
-	ready.Wait()
-
-	b.ResetTimer()
-	t0 := time.Now()
-	close(start)
-	done.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
+	elapsed := runTogether(b, len(workers), func(g int) { loop(&workers[g]) }, nil)
 
 	wait := make([]time.Duration, 0, b.N)
 	work := make([]time.Duration, 0, b.N)
@@ -150,6 +124,53 @@ func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 	b.ReportMetric(float64(wait[len(wait)-1]), "max-ns")
 	b.ReportMetric(float64(len(wait))/elapsed.Seconds(), "leases/s")
 	b.ReportMetric(float64(percentile(work, 500)), "work-ns")
+}
+
+// share is goroutine g's share of n leases split over goroutines:
+// n/goroutines, and one more for the first n%goroutines.
+func share(n, g, goroutines int) int {
+	k := n / goroutines
+	if g < n%goroutines {
+		k++
+	}
+	return k
+}
+
+// runTogether runs body(g) for g in [0, goroutines), each on a goroutine of
+// its own, all started together once the timer is running, and returns the
+// wall time from their start to the end of the last; the timer is stopped
+// when it returns. Every goroutine has been created and scheduled once
+// before the timer starts, so the timer holds the bodies, not goroutine
+// start-up.
+//
+// then, when not nil, runs on the calling goroutine as soon as the
+// goroutines are released, inside the timer.
+func runTogether(b *testing.B, goroutines int, body func(g int), then func()) time.Duration {
+	b.Helper()
+	var ready, done sync.WaitGroup
+	start := make(chan struct{})
+	for g := range goroutines {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-start
+			body(g)
+		}()
+	}
+	ready.Wait()
+
+	b.ResetTimer()
+	t0 := time.Now()
+	close(start)
+	if then != nil {
+		then()
+	}
+	done.Wait()
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	return elapsed
 }
 
 // percentile returns the nearest-rank percentile of sorted at perMille
@@ -205,6 +226,21 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := percentile([]time.Duration{7}, 999); got != 7 {
 		t.Errorf("percentile([7], 999‰) = %d, want 7", got)
+	}
+}
+
+// TestShare checks that the shares of n leases add up to n and differ by
+// one at most.
+func TestShare(t *testing.T) {
+	for _, tc := range []struct{ n, goroutines int }{{0, 4}, {3, 4}, {64000, 64}, {64001, 64}, {2000, 16}} {
+		sum, lo, hi := 0, tc.n, 0
+		for g := range tc.goroutines {
+			k := share(tc.n, g, tc.goroutines)
+			sum, lo, hi = sum+k, min(lo, k), max(hi, k)
+		}
+		if sum != tc.n || hi-lo > 1 {
+			t.Errorf("share(%d, g, %d): sum %d, from %d to %d; want sum %d, a spread of 1 at most", tc.n, tc.goroutines, sum, lo, hi, tc.n)
+		}
 	}
 }
 

@@ -7,11 +7,20 @@
 #                  Overload workload's wait percentiles
 #
 # Environment: COUNT rounds (default 6), BENCHTIME per benchmark (default 1s),
-# OVERLOAD_LEASES leases per Overload run (default 64000: 1000 per goroutine).
-# Overload runs a fixed number of leases rather than BENCHTIME, so that every
-# pool's percentiles come from the same number of samples and go test spends
-# no time finding b.N (at about 20 µs of CPU work a lease, 64000 leases take
-# about 1.3 s at -cpu 1).
+# OVERLOAD_LEASES leases per Overload run (default 64000: 1000 per goroutine),
+# RTW_LEASES leases per ReleaseThenWork run (default 16000: 1000 per
+# goroutine, so its p99.9 is the 16th-longest of a run).
+# Overload and ReleaseThenWork run a fixed number of leases rather than
+# BENCHTIME, so that every pool's percentiles come from the same number of
+# samples and go test spends no time finding b.N. At about 20 µs of CPU work
+# a lease, 64000 Overload leases take about 1.3 s at -cpu 1, some 12 s a
+# round for the seven pools. At about 22 µs a cycle, 16000 ReleaseThenWork
+# leases took 0.37 s at -cpu 1 and 0.21 s at -cpu 2 (ns/op 23 and 13 µs,
+# 2026-12-02, 2 cores), some 4 s a round; 17 s while other work kept the
+# machine busy. A round is about 105 s at BENCHTIME=1s.
+# BASELINE, when set, is another run's raw output (a raw.txt kept from an
+# earlier build): the report then checks that msl's ns/op is within 3 % of
+# it in every cell the lead targets cover.
 # Each round runs every benchmark once, so the pools are interleaved in time
 # and a burst of noise hits one round of all of them, not all runs of one.
 # Runs from any directory.
@@ -20,6 +29,8 @@ set -euo pipefail
 COUNT=${COUNT:-6}
 BENCHTIME=${BENCHTIME:-1s}
 OVERLOAD_LEASES=${OVERLOAD_LEASES:-64000}
+RTW_LEASES=${RTW_LEASES:-16000}
+BASELINE=${BASELINE:+$(realpath "$BASELINE")} # before the cd below
 POOLS="msl puddle commons vitess channel semaphore syncpool" # msl first: the base
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,11 +44,13 @@ go test -c -o "$tmp/bench.test" .
 
 : >raw.txt
 for round in $(seq 1 "$COUNT"); do
-	echo "==> round $round of $COUNT (benchtime $BENCHTIME, Overload ${OVERLOAD_LEASES}x, -cpu 1,2)"
+	echo "==> round $round of $COUNT (benchtime $BENCHTIME, Overload ${OVERLOAD_LEASES}x, ReleaseThenWork ${RTW_LEASES}x, -cpu 1,2)"
 	"$tmp/bench.test" -test.run '^$' -test.bench '^Benchmark(Sequential|Parallel|Contended)$' \
 		-test.cpu 1,2 -test.count 1 -test.benchtime "$BENCHTIME" | tee -a raw.txt
 	"$tmp/bench.test" -test.run '^$' -test.bench '^BenchmarkOverload$' \
 		-test.cpu 1,2 -test.count 1 -test.benchtime "${OVERLOAD_LEASES}x" | tee -a raw.txt
+	"$tmp/bench.test" -test.run '^$' -test.bench '^BenchmarkReleaseThenWork$' \
+		-test.cpu 1,2 -test.count 1 -test.benchtime "${RTW_LEASES}x" | tee -a raw.txt
 done
 
 echo "==> benchstat"
@@ -45,8 +58,9 @@ go run golang.org/x/perf/cmd/benchstat -col "/pool@($POOLS)" raw.txt >benchstat.
 
 echo "==> report"
 go run ./cmd/report -raw raw.txt -benchstat benchstat.txt -out RESULTS.md -chart chart.png \
-	-count "$COUNT" -benchtime "$BENCHTIME" -overload-leases "$OVERLOAD_LEASES" \
-	-command "COUNT=$COUNT BENCHTIME=$BENCHTIME OVERLOAD_LEASES=$OVERLOAD_LEASES bench/run.sh"
+	-count "$COUNT" -benchtime "$BENCHTIME" -overload-leases "$OVERLOAD_LEASES" -rtw-leases "$RTW_LEASES" \
+	${BASELINE:+-baseline "$BASELINE"} \
+	-command "COUNT=$COUNT BENCHTIME=$BENCHTIME OVERLOAD_LEASES=$OVERLOAD_LEASES RTW_LEASES=$RTW_LEASES bench/run.sh"
 
 echo
 echo "Results:"

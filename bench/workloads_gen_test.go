@@ -516,49 +516,343 @@ func overloadSyncpool(b *testing.B, p *syncPool) {
 	p.close(b)
 }
 
+// releaseThenWorkMsl is releaseThenWork for mslPool.
+func releaseThenWorkMsl(b *testing.B, p mslPool) {
+	ctx := context.Background()
+	held := make([]pool.Lease[*item], rtwItems)
+	for i := range held {
+		var err error
+		if held[i], err = p.lease(ctx); err != nil {
+			b.Fatalf("lease before the run: %v", err)
+		}
+	}
+	runReleaseThenWork(b, func(w *rtwWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.x = spin(w.hold, w.x)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+			w.x = spin(w.work, w.x)
+			w.cycle[i] = time.Since(t0)
+		}
+	}, func() {
+		for _, h := range held {
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release after the burst: %v", err)
+			}
+		}
+	})
+	p.close(b)
+}
+
+// releaseThenWorkPuddle is releaseThenWork for puddlePool.
+func releaseThenWorkPuddle(b *testing.B, p puddlePool) {
+	ctx := context.Background()
+	held := make([]*puddle.Resource[*item], rtwItems)
+	for i := range held {
+		var err error
+		if held[i], err = p.lease(ctx); err != nil {
+			b.Fatalf("lease before the run: %v", err)
+		}
+	}
+	runReleaseThenWork(b, func(w *rtwWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.x = spin(w.hold, w.x)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+			w.x = spin(w.work, w.x)
+			w.cycle[i] = time.Since(t0)
+		}
+	}, func() {
+		for _, h := range held {
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release after the burst: %v", err)
+			}
+		}
+	})
+	p.close(b)
+}
+
+// releaseThenWorkCommons is releaseThenWork for commonsPool.
+func releaseThenWorkCommons(b *testing.B, p commonsPool) {
+	ctx := context.Background()
+	held := make([]any, rtwItems)
+	for i := range held {
+		var err error
+		if held[i], err = p.lease(ctx); err != nil {
+			b.Fatalf("lease before the run: %v", err)
+		}
+	}
+	runReleaseThenWork(b, func(w *rtwWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.x = spin(w.hold, w.x)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+			w.x = spin(w.work, w.x)
+			w.cycle[i] = time.Since(t0)
+		}
+	}, func() {
+		for _, h := range held {
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release after the burst: %v", err)
+			}
+		}
+	})
+	p.close(b)
+}
+
+// releaseThenWorkVitess is releaseThenWork for vitessPool.
+func releaseThenWorkVitess(b *testing.B, p vitessPool) {
+	ctx := context.Background()
+	held := make([]*smartconnpool.Pooled[*vitessConn], rtwItems)
+	for i := range held {
+		var err error
+		if held[i], err = p.lease(ctx); err != nil {
+			b.Fatalf("lease before the run: %v", err)
+		}
+	}
+	runReleaseThenWork(b, func(w *rtwWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.x = spin(w.hold, w.x)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+			w.x = spin(w.work, w.x)
+			w.cycle[i] = time.Since(t0)
+		}
+	}, func() {
+		for _, h := range held {
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release after the burst: %v", err)
+			}
+		}
+	})
+	p.close(b)
+}
+
+// releaseThenWorkChannel is releaseThenWork for *chanPool.
+func releaseThenWorkChannel(b *testing.B, p *chanPool) {
+	ctx := context.Background()
+	held := make([]*item, rtwItems)
+	for i := range held {
+		var err error
+		if held[i], err = p.lease(ctx); err != nil {
+			b.Fatalf("lease before the run: %v", err)
+		}
+	}
+	runReleaseThenWork(b, func(w *rtwWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.x = spin(w.hold, w.x)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+			w.x = spin(w.work, w.x)
+			w.cycle[i] = time.Since(t0)
+		}
+	}, func() {
+		for _, h := range held {
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release after the burst: %v", err)
+			}
+		}
+	})
+	p.close(b)
+}
+
+// releaseThenWorkSemaphore is releaseThenWork for *semPool.
+func releaseThenWorkSemaphore(b *testing.B, p *semPool) {
+	ctx := context.Background()
+	held := make([]*item, rtwItems)
+	for i := range held {
+		var err error
+		if held[i], err = p.lease(ctx); err != nil {
+			b.Fatalf("lease before the run: %v", err)
+		}
+	}
+	runReleaseThenWork(b, func(w *rtwWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.x = spin(w.hold, w.x)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+			w.x = spin(w.work, w.x)
+			w.cycle[i] = time.Since(t0)
+		}
+	}, func() {
+		for _, h := range held {
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release after the burst: %v", err)
+			}
+		}
+	})
+	p.close(b)
+}
+
+// releaseThenWorkSyncpool is releaseThenWork for *syncPool.
+func releaseThenWorkSyncpool(b *testing.B, p *syncPool) {
+	ctx := context.Background()
+	held := make([]*item, rtwItems)
+	for i := range held {
+		var err error
+		if held[i], err = p.lease(ctx); err != nil {
+			b.Fatalf("lease before the run: %v", err)
+		}
+	}
+	runReleaseThenWork(b, func(w *rtwWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.x = spin(w.hold, w.x)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+			w.x = spin(w.work, w.x)
+			w.cycle[i] = time.Since(t0)
+		}
+	}, func() {
+		for _, h := range held {
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release after the burst: %v", err)
+			}
+		}
+	})
+	p.close(b)
+}
+
 // contenders are the pools under test, in the order cmd/monomorph was given them.
 var contenders = []contender{
 	{
-		name:       "msl",
-		sequential: func(b *testing.B, n int) { sequentialMsl(b, openMSL(b, n)) },
-		parallel:   func(b *testing.B, n int) { parallelMsl(b, openMSL(b, n)) },
-		overload:   func(b *testing.B, n int) { overloadMsl(b, openMSL(b, n)) },
+		name:            "msl",
+		sequential:      func(b *testing.B, n int) { sequentialMsl(b, openMSL(b, n)) },
+		parallel:        func(b *testing.B, n int) { parallelMsl(b, openMSL(b, n)) },
+		overload:        func(b *testing.B, n int) { overloadMsl(b, openMSL(b, n)) },
+		releaseThenWork: func(b *testing.B, n int) { releaseThenWorkMsl(b, openMSL(b, n)) },
 	},
 	{
-		name:       "puddle",
-		sequential: func(b *testing.B, n int) { sequentialPuddle(b, openPuddle(b, n)) },
-		parallel:   func(b *testing.B, n int) { parallelPuddle(b, openPuddle(b, n)) },
-		overload:   func(b *testing.B, n int) { overloadPuddle(b, openPuddle(b, n)) },
+		name:            "puddle",
+		sequential:      func(b *testing.B, n int) { sequentialPuddle(b, openPuddle(b, n)) },
+		parallel:        func(b *testing.B, n int) { parallelPuddle(b, openPuddle(b, n)) },
+		overload:        func(b *testing.B, n int) { overloadPuddle(b, openPuddle(b, n)) },
+		releaseThenWork: func(b *testing.B, n int) { releaseThenWorkPuddle(b, openPuddle(b, n)) },
 	},
 	{
-		name:       "commons",
-		sequential: func(b *testing.B, n int) { sequentialCommons(b, openCommons(b, n)) },
-		parallel:   func(b *testing.B, n int) { parallelCommons(b, openCommons(b, n)) },
-		overload:   func(b *testing.B, n int) { overloadCommons(b, openCommons(b, n)) },
+		name:            "commons",
+		sequential:      func(b *testing.B, n int) { sequentialCommons(b, openCommons(b, n)) },
+		parallel:        func(b *testing.B, n int) { parallelCommons(b, openCommons(b, n)) },
+		overload:        func(b *testing.B, n int) { overloadCommons(b, openCommons(b, n)) },
+		releaseThenWork: func(b *testing.B, n int) { releaseThenWorkCommons(b, openCommons(b, n)) },
 	},
 	{
-		name:       "vitess",
-		sequential: func(b *testing.B, n int) { sequentialVitess(b, openVitess(b, n)) },
-		parallel:   func(b *testing.B, n int) { parallelVitess(b, openVitess(b, n)) },
-		overload:   func(b *testing.B, n int) { overloadVitess(b, openVitess(b, n)) },
+		name:            "vitess",
+		sequential:      func(b *testing.B, n int) { sequentialVitess(b, openVitess(b, n)) },
+		parallel:        func(b *testing.B, n int) { parallelVitess(b, openVitess(b, n)) },
+		overload:        func(b *testing.B, n int) { overloadVitess(b, openVitess(b, n)) },
+		releaseThenWork: func(b *testing.B, n int) { releaseThenWorkVitess(b, openVitess(b, n)) },
 	},
 	{
-		name:       "channel",
-		sequential: func(b *testing.B, n int) { sequentialChannel(b, openChannel(b, n)) },
-		parallel:   func(b *testing.B, n int) { parallelChannel(b, openChannel(b, n)) },
-		overload:   func(b *testing.B, n int) { overloadChannel(b, openChannel(b, n)) },
+		name:            "channel",
+		sequential:      func(b *testing.B, n int) { sequentialChannel(b, openChannel(b, n)) },
+		parallel:        func(b *testing.B, n int) { parallelChannel(b, openChannel(b, n)) },
+		overload:        func(b *testing.B, n int) { overloadChannel(b, openChannel(b, n)) },
+		releaseThenWork: func(b *testing.B, n int) { releaseThenWorkChannel(b, openChannel(b, n)) },
 	},
 	{
-		name:       "semaphore",
-		sequential: func(b *testing.B, n int) { sequentialSemaphore(b, openSemaphore(b, n)) },
-		parallel:   func(b *testing.B, n int) { parallelSemaphore(b, openSemaphore(b, n)) },
-		overload:   func(b *testing.B, n int) { overloadSemaphore(b, openSemaphore(b, n)) },
+		name:            "semaphore",
+		sequential:      func(b *testing.B, n int) { sequentialSemaphore(b, openSemaphore(b, n)) },
+		parallel:        func(b *testing.B, n int) { parallelSemaphore(b, openSemaphore(b, n)) },
+		overload:        func(b *testing.B, n int) { overloadSemaphore(b, openSemaphore(b, n)) },
+		releaseThenWork: func(b *testing.B, n int) { releaseThenWorkSemaphore(b, openSemaphore(b, n)) },
 	},
 	{
-		name:       "syncpool",
-		sequential: func(b *testing.B, n int) { sequentialSyncpool(b, openSyncPool(b, n)) },
-		parallel:   func(b *testing.B, n int) { parallelSyncpool(b, openSyncPool(b, n)) },
-		overload:   func(b *testing.B, n int) { overloadSyncpool(b, openSyncPool(b, n)) },
+		name:            "syncpool",
+		sequential:      func(b *testing.B, n int) { sequentialSyncpool(b, openSyncPool(b, n)) },
+		parallel:        func(b *testing.B, n int) { parallelSyncpool(b, openSyncPool(b, n)) },
+		overload:        func(b *testing.B, n int) { overloadSyncpool(b, openSyncPool(b, n)) },
+		releaseThenWork: func(b *testing.B, n int) { releaseThenWorkSyncpool(b, openSyncPool(b, n)) },
 	},
 }
 
@@ -586,4 +880,11 @@ var _ = []any{
 	overload[*item, *chanPool],
 	overload[*item, *semPool],
 	overload[*item, *syncPool],
+	releaseThenWork[pool.Lease[*item], mslPool],
+	releaseThenWork[*puddle.Resource[*item], puddlePool],
+	releaseThenWork[any, commonsPool],
+	releaseThenWork[*smartconnpool.Pooled[*vitessConn], vitessPool],
+	releaseThenWork[*item, *chanPool],
+	releaseThenWork[*item, *semPool],
+	releaseThenWork[*item, *syncPool],
 }

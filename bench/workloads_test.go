@@ -125,3 +125,48 @@ func overload[H any, P adapter[H]](b *testing.B, p P) {
 	})
 	p.close(b)
 }
+
+// releaseThenWork is the ReleaseThenWork workload (releasethenwork_test.go):
+// each of runReleaseThenWork's goroutines times the lease call and the
+// whole cycle: the lease, a short hold, the release and the longer work
+// after it. The workload holds every item until the goroutines have
+// started, so the run begins with a burst of waiting leases.
+func releaseThenWork[H any, P adapter[H]](b *testing.B, p P) {
+	ctx := context.Background()
+	held := make([]H, rtwItems)
+	for i := range held {
+		var err error
+		if held[i], err = p.lease(ctx); err != nil {
+			b.Fatalf("lease before the run: %v", err)
+		}
+	}
+	runReleaseThenWork(b, func(w *rtwWorker) {
+		for i := range w.wait {
+			t0 := time.Now()
+			h, err := p.lease(ctx)
+			w.wait[i] = time.Since(t0)
+			if err != nil {
+				b.Errorf("lease: %v", err)
+				return
+			}
+			if p.value(h) == nil {
+				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
+				return
+			}
+			w.x = spin(w.hold, w.x)
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release: %v", err)
+				return
+			}
+			w.x = spin(w.work, w.x)
+			w.cycle[i] = time.Since(t0)
+		}
+	}, func() {
+		for _, h := range held {
+			if err := p.release(ctx, h); err != nil {
+				b.Errorf("release after the burst: %v", err)
+			}
+		}
+	})
+	p.close(b)
+}

@@ -4,7 +4,12 @@
 // it; run by hand:
 //
 //	go run ./cmd/report -raw raw.txt -benchstat benchstat.txt \
-//		-out RESULTS.md -chart chart.png -count 6 -benchtime 1s -overload-leases 64000
+//		-out RESULTS.md -chart chart.png -count 6 -benchtime 1s \
+//		-overload-leases 64000 -rtw-leases 16000 [-baseline BASELINE]
+//
+// BASELINE is another run's raw output (a raw.txt kept from an earlier
+// build): with it, the report also checks that msl is no more than 3 %
+// slower than there in each ns/op cell the lead targets cover.
 package main
 
 import (
@@ -27,24 +32,30 @@ func main() {
 	chart := flag.String("chart", "chart.png", "PNG chart to write (empty: none)")
 	count := flag.String("count", "?", "COUNT the results were run with (for the report)")
 	benchtime := flag.String("benchtime", "?", "BENCHTIME the results were run with (for the report)")
-	overload := flag.String("overload-leases", "?", "OVERLOAD_LEASES the latency workloads were run with (for the report)")
+	overload := flag.String("overload-leases", "?", "OVERLOAD_LEASES Overload was run with (for the report)")
+	rtw := flag.String("rtw-leases", "?", "RTW_LEASES ReleaseThenWork was run with (for the report)")
+	baseline := flag.String("baseline", "", "another run's raw output to hold msl's ns/op against (optional)")
 	command := flag.String("command", "bench/run.sh", "the command that produced the results (for the report)")
 	flag.Parse()
-	if err := run(*raw, *benchstatFile, *out, *chart, *count, *benchtime, *overload, *command); err != nil {
+	m := meta{count: *count, benchtime: *benchtime, overload: *overload, rtw: *rtw, baseline: *baseline, command: *command}
+	if err := run(*raw, *benchstatFile, *out, *chart, m); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }
 
-func run(raw, benchstatFile, out, chart, count, benchtime, overload, command string) error {
-	f, err := os.Open(raw)
+// run writes the report of the results in raw; m has the flags' part of
+// the provenance (the rest it finds), and names the baseline, if any.
+func run(raw, benchstatFile, out, chart string, m meta) error {
+	d, err := parseFile(raw)
 	if err != nil {
 		return err
 	}
-	d, err := parse(f, raw)
-	f.Close()
-	if err != nil {
-		return err
+	var base *data
+	if m.baseline != "" {
+		if base, err = parseFile(m.baseline); err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
 	}
 
 	bs := "(benchstat output not available)\n"
@@ -56,17 +67,11 @@ func run(raw, benchstatFile, out, chart, count, benchtime, overload, command str
 		bs = string(b)
 	}
 
-	m := meta{
-		date:      time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		goVersion: goVersion(),
-		ncpu:      runtime.NumCPU(),
-		goos:      firstOf(d.config["goos"], runtime.GOOS),
-		goarch:    firstOf(d.config["goarch"], runtime.GOARCH),
-		count:     count,
-		benchtime: benchtime,
-		overload:  overload,
-		command:   command,
-	}
+	m.date = time.Now().UTC().Format("2006-01-02 15:04 MST")
+	m.goVersion = goVersion()
+	m.ncpu = runtime.NumCPU()
+	m.goos = firstOf(d.config["goos"], runtime.GOOS)
+	m.goarch = firstOf(d.config["goarch"], runtime.GOARCH)
 	m.cpu = firstOf(cpuModel(), d.config["cpu"], "unknown")
 	m.benchCPU = d.config["cpu"]
 
@@ -82,10 +87,20 @@ func run(raw, benchstatFile, out, chart, count, benchtime, overload, command str
 	}
 
 	var buf bytes.Buffer
-	if err := writeResults(&buf, d, m, chartRef, bs); err != nil {
+	if err := writeResults(&buf, d, base, m, chartRef, bs); err != nil {
 		return err
 	}
 	return os.WriteFile(out, buf.Bytes(), 0o644)
+}
+
+// parseFile parses the benchmark output in the file at path.
+func parseFile(path string) (*data, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parse(f, path)
 }
 
 // goVersion is `go version` of the go command on PATH, which built the

@@ -28,9 +28,10 @@ type key struct {
 	procs    int
 }
 
-// samples holds one benchmark's per-run measurements, in input order. The
-// latency metrics (lat) are there only for workloads that report them,
-// such as Overload; they are in ns, leases/s for the rate.
+// samples holds one benchmark's per-run measurements, in input order (a
+// run a round, as run.sh runs them). The latency metrics (lat) are there
+// only for workloads that report them, such as Overload and
+// ReleaseThenWork; they are in ns, leases/s for the rate.
 type samples struct {
 	ns, allocs, bytes []float64
 	lat               [numLatMetrics][]float64
@@ -38,8 +39,9 @@ type samples struct {
 
 // A latency workload reports, besides ns/op, the percentiles and the
 // maximum of the wait for an item, its throughput and the work done per
-// lease, through
-// b.ReportMetric. latMetric indexes them.
+// lease, through b.ReportMetric; a cycle workload (ReleaseThenWork)
+// reports the wait's p50 and p99.9 and the p99.9 of the whole cycle, lease
+// to the end of the work after the release. latMetric indexes them all.
 type latMetric int
 
 const (
@@ -49,6 +51,7 @@ const (
 	latMax
 	latRate // leases/s
 	latWork // median work per lease, ns
+	latCycleP999
 	numLatMetrics
 )
 
@@ -56,8 +59,8 @@ const (
 // it tidies "p50-ns" to "p50-sec" (a factor of 1e-9), as it does ns/op,
 // and leaves "leases/s" alone. latScale turns them back into ns.
 var (
-	latUnits = [numLatMetrics]string{"p50-sec", "p99-sec", "p99.9-sec", "max-sec", "leases/s", "work-sec"}
-	latScale = [numLatMetrics]float64{1e9, 1e9, 1e9, 1e9, 1, 1e9}
+	latUnits = [numLatMetrics]string{"p50-sec", "p99-sec", "p99.9-sec", "max-sec", "leases/s", "work-sec", "cycle-p99.9-sec"}
+	latScale = [numLatMetrics]float64{1e9, 1e9, 1e9, 1e9, 1, 1e9, 1e9}
 )
 
 // data is everything read from a benchmark output file.
@@ -215,29 +218,41 @@ func (d *data) cell(workload, pool string, procs int) (c cell, ok bool) {
 	return c, true
 }
 
-// isLatency reports whether any run of workload reported the wait's p99:
-// such a workload gets a table of percentiles and a chart panel of its own
-// rather than a place among the ns/op comparisons.
-func (d *data) isLatency(workload string) bool {
+// reports says whether any run of workload reported metric m.
+func (d *data) reports(workload string, m latMetric) bool {
 	for k, s := range d.runs {
-		if k.workload == workload && len(s.lat[latP99]) > 0 {
+		if k.workload == workload && len(s.lat[m]) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// split returns d.workloads divided into those compared by ns/op and those
-// reported by wait percentiles, each in d.workloads' order.
-func (d *data) split() (throughput, latency []string) {
+// isLatency reports whether any run of workload reported the wait's p99:
+// such a workload gets a table of percentiles and a chart panel of its own
+// rather than a place among the ns/op comparisons.
+func (d *data) isLatency(workload string) bool { return d.reports(workload, latP99) }
+
+// isCycle reports whether any run of workload reported the cycle's p99.9:
+// such a workload gets a table of its wait and cycle, and no place among
+// the ns/op comparisons.
+func (d *data) isCycle(workload string) bool { return d.reports(workload, latCycleP999) }
+
+// split returns d.workloads divided into those compared by ns/op, those
+// reported by wait percentiles and those reported by wait and cycle
+// percentiles, each in d.workloads' order.
+func (d *data) split() (throughput, latency, cycle []string) {
 	for _, wl := range d.workloads {
-		if d.isLatency(wl) {
+		switch {
+		case d.isCycle(wl):
+			cycle = append(cycle, wl)
+		case d.isLatency(wl):
 			latency = append(latency, wl)
-		} else {
+		default:
 			throughput = append(throughput, wl)
 		}
 	}
-	return throughput, latency
+	return throughput, latency, cycle
 }
 
 // median returns the middle value of xs, or the mean of the two middle

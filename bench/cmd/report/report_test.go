@@ -105,9 +105,10 @@ func TestParse(t *testing.T) {
 
 func TestSplit(t *testing.T) {
 	d := parseSample(t)
-	throughput, latency := d.split()
+	throughput, latency, cycle := d.split()
 	assert.Equal(t, []string{"Sequential", "Parallel", "Contended"}, throughput)
 	assert.Equal(t, []string{"Overload"}, latency)
+	assert.Empty(t, cycle)
 	assert.True(t, d.isLatency("Overload"))
 	assert.False(t, d.isLatency("Contended"))
 	assert.False(t, d.isLatency("NoSuchWorkload"))
@@ -190,7 +191,7 @@ func TestCellAndCompare(t *testing.T) {
 
 	c, ok = d.cell("Sequential", "msl", 2)
 	require.True(t, ok)
-	assert.Equal(t, [numLatMetrics]float64{-1, -1, -1, -1, -1, -1}, c.lat, "not measured")
+	assert.Equal(t, [numLatMetrics]float64{-1, -1, -1, -1, -1, -1, -1}, c.lat, "not measured")
 }
 
 func TestTargets(t *testing.T) {
@@ -252,10 +253,10 @@ func TestWriteResults(t *testing.T) {
 	d := parseSample(t)
 	const bs = "goos: linux\n      │ msl │ puddle │\nsec/op 42n 210n\n"
 	var buf bytes.Buffer
-	require.NoError(t, writeResults(&buf, d, meta{
+	require.NoError(t, writeResults(&buf, d, nil, meta{
 		date: "2026-01-02 03:04 UTC", goVersion: "go version go1.26 linux/amd64",
 		cpu: "Test CPU", ncpu: 2, goos: "linux", goarch: "amd64",
-		count: "2", benchtime: "1s", overload: "64000", command: "COUNT=2 BENCHTIME=1s bench/run.sh",
+		count: "2", benchtime: "1s", overload: "64000", rtw: "16000", command: "COUNT=2 BENCHTIME=1s bench/run.sh",
 	}, "chart.png", bs))
 	out := buf.String()
 
@@ -266,7 +267,7 @@ func TestWriteResults(t *testing.T) {
 		"2 runs of each benchmark",
 		"![", "(chart.png)",
 		"### Sequential", "### Parallel", "### Contended", "### Overload: wait for an item",
-		"OVERLOAD_LEASES=64000 leases per run (`-test.benchtime 64000x`)",
+		"OVERLOAD_LEASES=64000 leases per run (`-test.benchtime 64000x`), ReleaseThenWork a fixed RTW_LEASES=16000 (`-test.benchtime 16000x`)",
 		"| pool | -cpu 1: p50 | p99 | p99.9 | max | leases/s | work | allocs | -cpu 2: p50 | p99 | p99.9 | max | leases/s | work | allocs |",
 		// Overload, msl: -cpu 1 p50 (1+1.2)/2 ms, p99 2.5 ms, p99.9 5 ms,
 		// max 10 ms, 47.7k leases/s; -cpu 2 0.6, 0.8, 1, 2 ms, 91.7k leases/s.
@@ -282,7 +283,11 @@ func TestWriteResults(t *testing.T) {
 		"| Contended, -cpu 2: ours ≤ 0.4 × puddle | 320 | 620 | 0.5161 | ≤ 0.40 | FAIL |",
 		"| Contended: ours 0 allocs/op | – (-cpu 1), 0.5 (-cpu 2) | –, 1 | NO DATA |",
 		"| Sequential, -cpu 1: ours ≤ 1.5 × syncpool | 32.0 | 11.0 | 2.9091 | ≤ 1.50 | FAIL |",
-		"| Contended, -cpu 1: ours ≤ 0.9 × channel | – | – | – | ≤ 0.90 | NO DATA |",
+		"| Contended, -cpu 1: ours ≤ 1 × channel | – | – | – | ≤ 1.00 | NO DATA |",
+		"| Contended, -cpu 1: ours ≤ 0.9 × channel (stretch, not counted) | – | – | – | ≤ 0.90 | NO DATA |",
+		"| ReleaseThenWork, -cpu 1: ours p99.9 ≤ 1 × channel p99.9 | – | – | NO DATA |",
+		"| Overload, -cpu 2: ours p99.9 in every round ≤ 2 × channel median p99.9 | – | – | – | – | NO DATA |",
+		"No baseline given (`-baseline`): the targets against a baseline were skipped.",
 		// Overload -cpu 2, msl: p99.9 1 ms ≤ 2.5 × its p50 of 600 µs.
 		"| Overload, -cpu 2: ours p99.9 ≤ 2.5 × ours p50 | 1 ms | 1.5 ms | PASS |",
 		"| Overload, -cpu 2: ours p99.9 ≤ 1.5 × channel p99.9 | – | – | NO DATA |",
@@ -291,7 +296,7 @@ func TestWriteResults(t *testing.T) {
 		"| Parallel, -cpu 1: ours ahead of every bounded pool | – | – | – | NO DATA |",
 		// Contended -cpu 2, msl: runs of 300 and 340 ns.
 		"| Contended, -cpu 2: ours, slowest run ≤ 1.5 × fastest | 320 | 300 | 340 | 1.13 | ≤ 1.50 | PASS |",
-		"**9 of 23 targets met.**",
+		"**9 of 36 targets met.**",
 		"```\n" + bs + "```\n",
 	} {
 		assert.Contains(t, out, want)
@@ -299,6 +304,196 @@ func TestWriteResults(t *testing.T) {
 	assert.Contains(t, out, "(reported, not counted)")
 	assert.NotContains(t, out, "Overload: ours 0 allocs/op", "a latency workload has no targets")
 	assert.NotContains(t, out, "### Overload\n", "a latency workload has no ns/op table")
+	assert.NotContains(t, out, "### ReleaseThenWork", "no ReleaseThenWork runs, no table")
+	assert.NotContains(t, out, "ours/baseline", "no baseline, no baseline table")
+}
+
+// rtwSample is two rounds of ReleaseThenWork, as run.sh appends them after
+// sample's, and of Overload for the channel at -cpu 2. The rounds differ
+// only in msl's wait p99.9 at -cpu 1 (400 and 440 µs) and in the channel's
+// Overload p99.9 (450 and 550 µs).
+const rtwSample = `goos: linux
+goarch: amd64
+pkg: github.com/msl-armory/pool/bench
+cpu: Test CPU @ 1GHz
+BenchmarkReleaseThenWork/pool=msl            	   16000	     23000 ns/op	    500000 cycle-p99.9-ns	    250000 p50-ns	    400000 p99.9-ns	       1 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=msl-2          	   16000	     12000 ns/op	   4000000 cycle-p99.9-ns	    140000 p50-ns	    300000 p99.9-ns	       2 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=puddle         	   16000	     23500 ns/op	  24000000 cycle-p99.9-ns	    240000 p50-ns	    410000 p99.9-ns	     129 B/op	       2 allocs/op
+BenchmarkReleaseThenWork/pool=puddle-2       	   16000	     14000 ns/op	   5700000 cycle-p99.9-ns	    140000 p50-ns	   5700000 p99.9-ns	     168 B/op	       2 allocs/op
+BenchmarkReleaseThenWork/pool=vitess         	   16000	     22900 ns/op	    120000 cycle-p99.9-ns	        53.00 p50-ns	       418.0 p99.9-ns	       1 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=vitess-2       	   16000	     13600 ns/op	  15000000 cycle-p99.9-ns	       204.0 p50-ns	  15000000 p99.9-ns	       2 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=channel        	   16000	     24600 ns/op	  26000000 cycle-p99.9-ns	    245000 p50-ns	    700000 p99.9-ns	       0 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=channel-2      	   16000	     12300 ns/op	   4600000 cycle-p99.9-ns	    144000 p50-ns	    290000 p99.9-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=channel-2             	   64000	     10000 ns/op	    100000 leases/s	    500000 p50-ns	    400000 p99-ns	    450000 p99.9-ns	    900000 max-ns	     20000 work-ns	       0 B/op	       0 allocs/op
+PASS
+goos: linux
+goarch: amd64
+pkg: github.com/msl-armory/pool/bench
+cpu: Test CPU @ 1GHz
+BenchmarkReleaseThenWork/pool=msl            	   16000	     23000 ns/op	    500000 cycle-p99.9-ns	    250000 p50-ns	    440000 p99.9-ns	       1 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=msl-2          	   16000	     12000 ns/op	   4000000 cycle-p99.9-ns	    140000 p50-ns	    300000 p99.9-ns	       2 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=puddle         	   16000	     23500 ns/op	  24000000 cycle-p99.9-ns	    240000 p50-ns	    410000 p99.9-ns	     129 B/op	       2 allocs/op
+BenchmarkReleaseThenWork/pool=puddle-2       	   16000	     14000 ns/op	   5700000 cycle-p99.9-ns	    140000 p50-ns	   5700000 p99.9-ns	     168 B/op	       2 allocs/op
+BenchmarkReleaseThenWork/pool=vitess         	   16000	     22900 ns/op	    120000 cycle-p99.9-ns	        53.00 p50-ns	       418.0 p99.9-ns	       1 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=vitess-2       	   16000	     13600 ns/op	  15000000 cycle-p99.9-ns	       204.0 p50-ns	  15000000 p99.9-ns	       2 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=channel        	   16000	     24600 ns/op	  26000000 cycle-p99.9-ns	    245000 p50-ns	    700000 p99.9-ns	       0 B/op	       0 allocs/op
+BenchmarkReleaseThenWork/pool=channel-2      	   16000	     12300 ns/op	   4600000 cycle-p99.9-ns	    144000 p50-ns	    290000 p99.9-ns	       0 B/op	       0 allocs/op
+BenchmarkOverload/pool=channel-2             	   64000	     10000 ns/op	    100000 leases/s	    500000 p50-ns	    400000 p99-ns	    550000 p99.9-ns	    900000 max-ns	     20000 work-ns	       0 B/op	       0 allocs/op
+PASS
+`
+
+// baselineSample is a baseline's rounds of msl in the throughput
+// workloads: Sequential 31 and 41 ns (-cpu 1, 2), Parallel 25 ns and
+// Contended 300 ns (-cpu 2).
+const baselineSample = `BenchmarkSequential/pool=msl 	 1000000	        31.00 ns/op
+BenchmarkSequential/pool=msl-2 	 1000000	        41.00 ns/op
+BenchmarkParallel/pool=msl-2 	 1000000	        25.00 ns/op
+BenchmarkContended/pool=msl-2 	 1000000	       300.0 ns/op
+`
+
+func parseWithRTW(t *testing.T) *data {
+	t.Helper()
+	d, err := parse(strings.NewReader(sample+rtwSample), "sample.txt")
+	require.NoError(t, err)
+	return d
+}
+
+func TestParseReleaseThenWork(t *testing.T) {
+	d := parseWithRTW(t)
+	throughput, latency, cycle := d.split()
+	assert.Equal(t, []string{"Sequential", "Parallel", "Contended"}, throughput, "ReleaseThenWork is not compared by ns/op")
+	assert.Equal(t, []string{"Overload"}, latency)
+	assert.Equal(t, []string{"ReleaseThenWork"}, cycle)
+
+	// benchfmt reads cycle-p99.9-ns as cycle-p99.9-sec; parse turns it
+	// back into ns.
+	s := d.runs[key{"ReleaseThenWork", "msl", 1}]
+	require.NotNil(t, s)
+	assert.InDeltaSlice(t, []float64{23000, 23000}, s.ns, 1e-6)
+	assert.InDeltaSlice(t, []float64{250000, 250000}, s.lat[latP50], 1e-6)
+	assert.InDeltaSlice(t, []float64{400000, 440000}, s.lat[latP999], 1e-6, "each round's p99.9, in input order")
+	assert.InDeltaSlice(t, []float64{500000, 500000}, s.lat[latCycleP999], 1e-6)
+	assert.Nil(t, s.lat[latP99], "ReleaseThenWork reports no p99")
+
+	c, ok := d.cell("ReleaseThenWork", "msl", 1)
+	require.True(t, ok)
+	assert.InDelta(t, 420000, c.lat[latP999], 1e-6, "the median of the rounds")
+	c, ok = d.cell("Overload", "msl", 2)
+	require.True(t, ok)
+	assert.InDelta(t, -1, c.lat[latCycleP999], 1e-9, "Overload reports no cycle")
+}
+
+func TestReleaseThenWorkTargets(t *testing.T) {
+	d := parseWithRTW(t)
+	want := map[string]bool{
+		// -cpu 1: msl's p99.9 420 µs, channel 700, puddle 410 µs, vitess
+		// 418 ns; cycle 500 µs, channel 26 ms, puddle 24 ms, vitess 120 µs.
+		"ReleaseThenWork, -cpu 1: ours p99.9 ≤ 1 × channel p99.9":             true,
+		"ReleaseThenWork, -cpu 1: ours p99.9 < 1 × puddle p99.9":              false,
+		"ReleaseThenWork, -cpu 1: ours p99.9 < 1 × vitess p99.9":              false,
+		"ReleaseThenWork, -cpu 1: ours cycle p99.9 ≤ 1 × channel cycle p99.9": true,
+		"ReleaseThenWork, -cpu 1: ours cycle p99.9 < 1 × puddle cycle p99.9":  true,
+		"ReleaseThenWork, -cpu 1: ours cycle p99.9 < 1 × vitess cycle p99.9":  false,
+		// -cpu 2: p99.9 300 µs, channel 290 µs, puddle 5.7 ms, vitess 15 ms;
+		// cycle 4 ms, channel 4.6 ms, puddle 5.7 ms, vitess 15 ms.
+		"ReleaseThenWork, -cpu 2: ours p99.9 ≤ 1 × channel p99.9":             false,
+		"ReleaseThenWork, -cpu 2: ours p99.9 < 1 × puddle p99.9":              true,
+		"ReleaseThenWork, -cpu 2: ours p99.9 < 1 × vitess p99.9":              true,
+		"ReleaseThenWork, -cpu 2: ours cycle p99.9 ≤ 1 × channel cycle p99.9": true,
+		"ReleaseThenWork, -cpu 2: ours cycle p99.9 < 1 × puddle cycle p99.9":  true,
+		"ReleaseThenWork, -cpu 2: ours cycle p99.9 < 1 × vitess cycle p99.9":  true,
+	}
+	seen := 0
+	for _, tg := range waitTargets {
+		if tg.workload != "ReleaseThenWork" {
+			continue
+		}
+		seen++
+		met, ok := want[tg.String()]
+		if !assert.True(t, ok, "unexpected target %s", tg) {
+			continue
+		}
+		_, _, v := checkWait(d, tg)
+		assert.Equal(t, verdict{have: true, met: met}, v, "%s", tg)
+	}
+	assert.Equal(t, len(want), seen, "every ReleaseThenWork target is in waitTargets")
+
+	// Below means strictly below: equal figures miss it, as at most meets it.
+	equal := waitTarget{workload: "ReleaseThenWork", procs: 1, metric: latP50, other: ours, otherMetric: latP50, factor: 1}
+	_, _, v := checkWait(d, equal)
+	assert.Equal(t, verdict{have: true, met: true}, v)
+	equal.below = true
+	_, _, v = checkWait(d, equal)
+	assert.Equal(t, verdict{have: true, met: false}, v)
+}
+
+func TestRoundTargets(t *testing.T) {
+	d := parseWithRTW(t)
+	// Overload -cpu 2: msl's rounds 900 µs and 1.1 ms; the channel's median
+	// p99.9 (450 + 550)/2 = 500 µs.
+	worst, limit, over, rounds, v := checkRounds(d, roundTarget{workload: "Overload", procs: 2, metric: latP999, other: "channel", factor: 2})
+	assert.Equal(t, verdict{have: true, met: false}, v, "the second round is over 1 ms")
+	assert.InDelta(t, 1.1e6, worst, 1e-6)
+	assert.InDelta(t, 1e6, limit, 1e-6)
+	assert.Equal(t, 1, over)
+	assert.Equal(t, 2, rounds)
+
+	_, _, over, _, v = checkRounds(d, roundTarget{workload: "Overload", procs: 2, metric: latP999, other: "channel", factor: 2.2})
+	assert.Equal(t, verdict{have: true, met: true}, v, "a round equal to the limit meets it")
+	assert.Equal(t, 0, over)
+
+	_, _, _, _, v = checkRounds(parseSample(t), roundTargets[0])
+	assert.Equal(t, verdict{}, v, "no channel runs")
+}
+
+func TestBaseline(t *testing.T) {
+	d := parseSample(t)
+	base, err := parse(strings.NewReader(baselineSample), "base.txt")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		workload string
+		procs    int
+		want     verdict
+	}{
+		{"Sequential", 1, verdict{have: true, met: false}}, // 32 > 1.03 × 31
+		{"Sequential", 2, verdict{have: true, met: true}},  // 42 ≤ 1.03 × 41
+		{"Parallel", 2, verdict{have: true, met: true}},    // 25 ≤ 1.03 × 25
+		{"Contended", 2, verdict{have: true, met: false}},  // 320 > 1.03 × 300
+		{"Parallel", 1, verdict{}},                         // neither has runs
+	} {
+		_, _, v := checkBaseline(d, base, tc.workload, tc.procs)
+		assert.Equal(t, tc.want, v, "%s -cpu %d", tc.workload, tc.procs)
+	}
+}
+
+func TestWriteResultsReleaseThenWork(t *testing.T) {
+	d := parseWithRTW(t)
+	base, err := parse(strings.NewReader(baselineSample), "base.txt")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, writeResults(&buf, d, base, meta{count: "2", rtw: "16000", baseline: "base.txt"}, "", ""))
+	out := buf.String()
+	for _, want := range []string{
+		"- **ReleaseThenWork**: 16 goroutines over 4 items",
+		"### ReleaseThenWork: wait for an item, and the whole cycle",
+		"| pool | -cpu 1: ns | p50 | p99.9 | cycle p99.9 | allocs | -cpu 2: ns | p50 | p99.9 | cycle p99.9 | allocs |",
+		"| msl | 23000 | 250 µs | 420 µs | 500 µs | 0 | 12000 | 140 µs | 300 µs | 4 ms | 0 |",
+		"| vitess | 22900 | 53 ns | 418 ns | 120 µs | 0 | 13600 | 204 ns | 15 ms | 15 ms | 0 |",
+		"| syncpool | – | – | – | – | – | – | – | – | – | – |",
+		"| ReleaseThenWork, -cpu 1: ours p99.9 ≤ 1 × channel p99.9 | 420 µs | 700 µs | PASS |",
+		"| ReleaseThenWork, -cpu 1: ours p99.9 < 1 × vitess p99.9 | 420 µs | 418 ns | FAIL |",
+		"| ReleaseThenWork, -cpu 2: ours cycle p99.9 < 1 × vitess cycle p99.9 | 4 ms | 15 ms | PASS |",
+		"| Overload, -cpu 2: ours p99.9 in every round ≤ 2 × channel median p99.9 | 2 | 1.1 ms | 1 ms | 1 | FAIL |",
+		"Against the baseline `base.txt`",
+		"| Sequential, -cpu 1: ours ≤ 1.03 × baseline | 32.0 | 31.0 | 1.0323 | ≤ 1.03 | FAIL |",
+		"| Sequential, -cpu 2: ours ≤ 1.03 × baseline | 42.0 | 41.0 | 1.0244 | ≤ 1.03 | PASS |",
+		"| Parallel, -cpu 1: ours ≤ 1.03 × baseline | – | – | – | ≤ 1.03 | NO DATA |",
+	} {
+		assert.Contains(t, out, want)
+	}
+	assert.NotContains(t, out, "Contended, -cpu 1: ours ≤ 1.03 × baseline", "the cell with a target of its own")
+	assert.NotContains(t, out, "ReleaseThenWork, -cpu 1: ours ahead", "not among the ns/op comparisons")
+	assert.NotContains(t, out, "ReleaseThenWork: ours 0 allocs/op")
 }
 
 func TestDrawChart(t *testing.T) {

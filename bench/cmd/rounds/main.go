@@ -1,6 +1,7 @@
 // Command rounds summarises the output of bench/rounds.sh: for each build
 // and benchmark, the median and the range over the rounds of ns/op,
-// waits/lease, and the Overload wait's p50 and p99.9 and leases/s.
+// waits/lease, the wait's p50 and p99.9 (Overload and ReleaseThenWork),
+// ReleaseThenWork's cycle p99.9, and Overload's leases/s.
 //
 //	go run ./cmd/rounds RAW
 //
@@ -18,7 +19,7 @@ import (
 )
 
 // metrics are the units summarised, in the order printed.
-var metrics = []string{"ns/op", "waits/lease", "p50-ns", "p99.9-ns", "leases/s"}
+var metrics = []string{"ns/op", "waits/lease", "p50-ns", "p99.9-ns", "cycle-p99.9-ns", "leases/s"}
 
 // row is one build's runs of one benchmark: per unit, a value per run.
 type row struct {
@@ -88,7 +89,7 @@ func parse(r io.Reader) ([]*row, error) {
 func write(w io.Writer, rows []*row) error {
 	for _, rw := range rows {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%-34s %-8s", rw.bench, rw.build)
+		fmt.Fprintf(&b, "%-40s %-8s", rw.bench, rw.build)
 		for _, m := range metrics {
 			xs := rw.vals[m]
 			if len(xs) == 0 {
