@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 )
 
 // Creating items: New's seeding, a lease's creation, and the adoption of
@@ -181,11 +182,8 @@ var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
 
 // adopt finishes a creation that its caller abandoned: nobody waits for
 // this item. A failure (or a panic) counts as a failed creation, is logged
-// and frees the permit; an item goes idle, or to a waiter. On a closed
-// pool the item is destroyed here, on the pool's own goroutine: a Destroy
-// panic has no caller to reach, so it is logged and dropped (the item
-// counts as destroyed and its permit is freed all the same) rather than
-// crash the program.
+// and frees the permit; an item goes idle, or to a waiter, or, on a closed
+// pool, to its Destroy.
 func (p *Pool[T]) adopt(c *creation[T]) {
 	if c.panicked || c.err != nil {
 		err := c.err
@@ -196,7 +194,7 @@ func (p *Pool[T]) adopt(c *creation[T]) {
 		p.g.free()
 		return
 	}
-	p.quietly(func() { p.giveBack(c.e) })
+	p.giveBack(c.e)
 }
 
 // createDetached calls the factory with a context that keeps ctx's values
@@ -211,6 +209,9 @@ func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
 		var cancelT context.CancelFunc
 		cctx, cancelT = context.WithTimeout(cctx, p.opts.CreateTimeout)
 		defer cancelT()
+	}
+	if p.done.Err() != nil {
+		return nil, p.errClosed // no factory call starts once Close has begun
 	}
 	e, err := p.newEntry(cctx)
 	if err != nil && p.done.Err() != nil {
@@ -244,6 +245,9 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	if p.watcher != nil {
 		e.mark = new(watchMark)
 	}
+	if p.route.traced {
+		e.trace = new(traceState)
+	}
 	detectLeak(p.leaks, e)
 	p.reg.add(e)
 	return e, nil
@@ -257,8 +261,10 @@ func (p *Pool[T]) callFactory(ctx context.Context) (v T, err error) {
 		start := p.now()
 		defer func() { p.m.createTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
 	}
+	p.c.creating.Add(1)
 	returned := false
 	defer func() {
+		p.c.creating.Add(-1)
 		if !returned || err != nil || p.nillable && isNil(any(v)) {
 			p.c.createFails.Add(1)
 		}
@@ -277,12 +283,13 @@ func (p *Pool[T]) callFactory(ctx context.Context) (v T, err error) {
 // so the cap holds; the factory's context is the pool's (createDetached),
 // which Close cancels.
 
-// fill creates idle items, one at a time, while fewer than MinSize items of
-// the kind count says exist, as far as MaxSize allows and while no lease
-// waits. It reports false when a creation failed; who says who fills, for
-// the log.
-func (p *Pool[T]) fill(count roomCount, who string) bool {
-	for p.g.tryAcquireRoom(p.opts.MinSize, count) {
+// fill creates idle items, one at a time, while fewer than n items of the
+// kind count says exist (the items being destroyed, on their way out, not
+// counted among all the items), as far as MaxSize allows and while no
+// lease waits. It reports false when a creation failed; who says who
+// fills, for the log.
+func (p *Pool[T]) fill(count roomCount, n int, who string) bool {
+	for p.g.tryAcquireRoom(n, count) {
 		if !p.createIdle(who) {
 			return false
 		}
@@ -310,17 +317,22 @@ func (p *Pool[T]) createIdle(who string) (ok bool) {
 		}
 		return false
 	}
-	p.quietly(func() { p.giveBackToGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
+	p.giveBackToGate(e)
 	return true
 }
 
-// refill creates idle items until MinSize are idle, as Clear does after
-// destroying the idle items, on a goroutine of its own: one refill at a
-// time, so that no refill counts the creations of another as missing. A
-// Clear while one runs asks it to look again before it stops (refills
-// counts the asks).
-func (p *Pool[T]) refill() {
-	if p.opts.MinSize == 0 || p.refills.Add(1) > 1 {
+// refill creates idle items until MinSize are idle, as Clear does once the
+// Destroy calls of the idle items it took out have ended (after closes),
+// on a goroutine of its own: one refill at a time, so that no refill counts
+// the creations of another as missing. A Clear while one runs asks it to
+// look again before it stops (refills counts the asks; refillAfter holds
+// the last Clear's destroys).
+func (p *Pool[T]) refill(after <-chan struct{}) {
+	if p.opts.MinSize == 0 {
+		return
+	}
+	p.refillAfter.Store(&after)
+	if p.refills.Add(1) > 1 {
 		return
 	}
 	if !p.tasks.start(p.refillLoop) {
@@ -328,8 +340,8 @@ func (p *Pool[T]) refill() {
 	}
 }
 
-// refillLoop is the one refill running: it fills, then stops unless a
-// Clear asked meanwhile.
+// refillLoop is the one refill running: it waits for the last Clear's
+// destroys, fills, then stops unless a Clear asked meanwhile.
 func (p *Pool[T]) refillLoop() {
 	stopped := false
 	defer func() {
@@ -339,12 +351,88 @@ func (p *Pool[T]) refillLoop() {
 	}()
 	for {
 		asked := p.refills.Load()
-		p.fill(idleItems, "clear: refill")
+		if after := p.refillAfter.Swap(nil); after != nil && awaitOr(p.done, *after) != nil {
+			p.refills.Store(0)
+			stopped = true
+			return // closed
+		}
+		p.fill(idleItems, p.opts.MinSize, "clear: refill")
 		if p.refills.CompareAndSwap(asked, 0) {
 			stopped = true
 			return
 		}
 	}
+}
+
+// # Spare items
+//
+// With MinIdle, one task from New to Close keeps MinIdle items idle: each
+// time it is asked (wantSpares: New, every round of the upkeep, and a lease
+// that did not find an item in its processor's slot), it fills the idle
+// items to MinIdle, one creation at a time, as far as MaxSize allows and
+// while no lease waits; a failed round is retried with SeedInBackground's
+// backoff. Between rounds it holds the pool only weakly, so that a pool
+// dropped without Close can be collected; it returns then.
+
+// startSpares starts the task that keeps MinIdle items idle (its channel,
+// p.spares, made by newPool before anything runs), and asks it for its
+// first round.
+func (p *Pool[T]) startSpares() {
+	wp, done, asks, limit := p.self, p.done.Done(), p.spares, p.backoffLimit()
+	p.tasks.start(func() { sparesLoop(wp, done, asks, limit) })
+	p.wantSpares()
+}
+
+// wantSpares asks the spares task to look, without waiting: a lease that
+// finds the task asked already asks nothing more.
+func (p *Pool[T]) wantSpares() {
+	select {
+	case p.spares <- struct{}{}:
+	default:
+	}
+}
+
+// sparesLoop is the spares task: a round for each ask, until Close or the
+// pool is collected.
+func sparesLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, asks <-chan struct{}, limit time.Duration) {
+	var backoff time.Duration
+	for {
+		select {
+		case <-done:
+			return
+		case <-asks:
+		}
+		for !sparesRound(wp) {
+			backoff = upkeepBackoff(backoff, limit)
+			t := time.NewTimer(backoff)
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		backoff = 0
+	}
+}
+
+// sparesRound fills the idle items to MinIdle, and reports false when a
+// creation failed (true when the pool is gone).
+func sparesRound[T any](wp weak.Pointer[Pool[T]]) bool {
+	p := wp.Value()
+	if p == nil {
+		return true
+	}
+	return p.fill(idleItems, p.opts.MinIdle, "spares")
+}
+
+// backoffLimit is how far the background creations back off after
+// failures: UpkeepInterval, or maxSeedBackoff without the upkeep.
+func (p *Pool[T]) backoffLimit() time.Duration {
+	if p.opts.UpkeepInterval > 0 {
+		return p.opts.UpkeepInterval
+	}
+	return maxSeedBackoff
 }
 
 // maxSeedBackoff bounds the backoff of background seeding without the
@@ -357,10 +445,7 @@ const maxSeedBackoff = 30 * time.Second
 // ended, backing off as the upkeep does (upkeepBackoff), until MinSize items
 // exist or the pool closes.
 func (p *Pool[T]) seedInBackground() {
-	limit := p.opts.UpkeepInterval
-	if limit == 0 {
-		limit = maxSeedBackoff
-	}
+	limit := p.backoffLimit()
 	p.tasks.start(func() {
 		var backoff time.Duration
 		for !p.seedRound() {
@@ -391,7 +476,7 @@ func (p *Pool[T]) seedRound() bool {
 				}
 				wg.Done()
 			}()
-			ok = p.fill(allItems, "seed")
+			ok = p.fill(allItems, p.opts.MinSize, "seed")
 		})
 		if !started { // the pool closed
 			failed.Store(true)

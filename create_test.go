@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -643,4 +646,297 @@ func TestSeedInBackgroundStopsAtClose(t *testing.T) {
 	require.NoError(t, p.Close())
 	assert.Zero(t, tr.live.Load(), "no item left")
 	assert.Zero(t, p.Stats().ItemsAllocated)
+}
+
+// TestMinIdleKeepsSpares: with MinIdle, a busy pool keeps that many items
+// idle, created in the background, never past MaxSize (Options.MinIdle).
+func TestMinIdleKeepsSpares(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		maxSize, leased  int
+		wantIdle, wantIn int
+	}{
+		{"room for the spares", 10, 5, 2, 7},
+		{"MaxSize caps them", 4, 3, 1, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, tr := newTracked(t, Options[*conn]{MinIdle: 2, MaxSize: tc.maxSize})
+			ls := make([]Lease[*conn], tc.leased)
+			for i := range ls {
+				ls[i] = mustLease(t, p)
+				checkInvariants(t, p, tr.live.Load)
+			}
+			require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == tc.wantIdle }, testWait, time.Millisecond,
+				"spares: %+v", p.Stats())
+			awaitSpares(t, p)
+			s := p.Stats()
+			assert.Equal(t, tc.wantIdle, s.ItemsAvailable)
+			assert.Equal(t, tc.wantIn, s.ItemsAllocated)
+			assert.LessOrEqual(t, tr.peak.Load(), int64(tc.maxSize))
+			for _, l := range ls {
+				l.Release()
+			}
+		})
+	}
+}
+
+// TestMinIdleAtNew: New starts the spares after its MinSize items.
+func TestMinIdleAtNew(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{MinSize: 1, MinIdle: 3, MaxSize: 10})
+	require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 3 }, testWait, time.Millisecond)
+	awaitSpares(t, p)
+	assert.Equal(t, 3, p.Stats().ItemsAllocated, "MinIdle idle items, no more")
+}
+
+// TestMinIdleRetriesFailuresAndStopsAtClose: a failed creation of a spare
+// is logged, counted in Stats.CreateErrors and retried, backing off, until
+// the factory works again; Close stops the spares.
+func TestMinIdleRetriesFailuresAndStopsAtClose(t *testing.T) {
+	log := &logBuffer{}
+	tr := &tracker{}
+	tr.setFail(errBoom)
+	p, err := New[*conn](context.Background(), tr, Options[*conn]{MinIdle: 2, MaxSize: 4, Destroy: tr.destroy,
+		UpkeepInterval: 40 * time.Millisecond, Logger: log.logger()})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return p.Stats().CreateErrors >= 3 }, testWait, time.Millisecond, "the spares retry")
+	assert.Contains(t, log.String(), `msg="pool: spares: create item"`)
+	tr.setFail(nil)
+	require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 2 }, testWait, time.Millisecond, "the spares, once the factory works")
+
+	setBlock(tr, make(chan struct{})) // from now on every creation hangs until its ctx ends
+	l := mustLease(t, p)              // asks for a spare: its creation hangs
+	require.Eventually(t, func() bool { return tr.live.Load() == 3 }, testWait, time.Millisecond)
+	l.Release()
+	require.NoError(t, p.Close())
+	assert.Zero(t, tr.live.Load(), "Close ended the spare's creation")
+	created := tr.created.Load()
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, created, tr.created.Load(), "no spare after Close")
+}
+
+// awaitSpares waits until the spares of MinIdle are no longer being
+// created: no factory call is under way.
+func awaitSpares(t *testing.T, p *Pool[*conn]) {
+	t.Helper()
+	require.Eventually(t, func() bool { return p.c.creating.Load() == 0 }, testWait, time.Millisecond, "the spares' creations to end")
+}
+
+// ncLeaseKey is the ctx key under which the leases of
+// TestNoFactoryCallStartsAfterClose say when their Lease call began: the
+// factory's ctx keeps the caller's values.
+type ncLeaseKey struct{}
+
+// ncCall is one factory call of TestNoFactoryCallStartsAfterClose: when it
+// began, and who made it: a lease, with the time its Lease call began, or
+// the pool on its own account.
+type ncCall struct {
+	at, leased time.Time
+	who        string // lease, seed, spares or refill
+}
+
+// ncFactory records every call it gets. A call takes a little while,
+// unless its ctx ends first, and one in eight fails, so that Close meets
+// the creations in the background backing off too.
+type ncFactory struct {
+	tr    tracker
+	n     atomic.Int64
+	mu    sync.Mutex
+	calls []ncCall
+}
+
+func (f *ncFactory) Create(ctx context.Context) (*conn, error) {
+	c := ncCall{at: time.Now(), who: ncWho()}
+	if at, ok := ctx.Value(ncLeaseKey{}).(time.Time); ok {
+		c.who, c.leased = "lease", at
+	}
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	f.mu.Unlock()
+	if f.n.Add(1)%8 == 0 {
+		return nil, errBoom
+	}
+	t := time.NewTimer(100 * time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+	}
+	return f.tr.Create(ctx)
+}
+
+func (f *ncFactory) recorded() []ncCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// ncWho names the work of the pool's own that calls the factory on this
+// goroutine, from its stack; "lease" when it is none of them (a lease's
+// ctx says so besides).
+func ncWho() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		fr, more := frames.Next()
+		for _, w := range [...]struct{ fn, who string }{
+			{").seedRound", "seed"}, {"sparesRound", "spares"}, {").refillLoop", "refill"},
+		} {
+			if strings.Contains(fr.Function, w.fn) {
+				return w.who
+			}
+		}
+		if !more {
+			return "lease"
+		}
+	}
+}
+
+// TestNoFactoryCallStartsAfterClose closes a pool while every kind of
+// creation runs: leases creating their items (on the caller's goroutine,
+// and on one of their own, some abandoned), the seeding of
+// SeedInBackground, the spares of MinIdle and Clear's refills. Close
+// refuses new leases, cancels the pool's own work and waits for it (the
+// doc comments of Close and Options.MinIdle; "Lifecycle of an item": the
+// seeding and Clear's refill run until Close), so no factory call starts
+// after Close has returned, but that of a lease already under way (which
+// Close does not wait for: "A lease already under way may still
+// succeed"), whose Lease call began before Close returned. Many rounds,
+// each with a fresh pool, so that Close meets each kind at every stage.
+func TestNoFactoryCallStartsAfterClose(t *testing.T) {
+	rounds := 40
+	if testing.Short() {
+		rounds = 10
+	}
+	kinds := map[string]int{}
+	underWay := 0 // factory calls of leases under way that started after Close returned
+	for round := range rounds {
+		f := &ncFactory{}
+		p, err := New[*conn](context.Background(), f, Options[*conn]{
+			MinSize:          5,
+			MaxSize:          6,
+			MinIdle:          1,
+			SeedInBackground: true,
+			Destroy:          f.tr.destroy,
+		})
+		require.NoError(t, err)
+
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					ctx, cancel := context.WithValue(context.Background(), ncLeaseKey{}, time.Now()), context.CancelFunc(func() {})
+					if g%2 == 1 { // a ctx that can end: the factory runs on a goroutine of its own
+						ctx, cancel = context.WithTimeout(ctx, time.Millisecond)
+					}
+					l, err := p.Lease(ctx)
+					cancel()
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+					if err != nil {
+						continue // the factory failed, or the ctx ended
+					}
+					if i%2 == 0 {
+						l.Discard() // the next lease creates
+					} else {
+						l.Release()
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Microsecond):
+					p.Clear()
+				}
+			}
+		})
+		time.Sleep(5 * time.Millisecond) // the load runs a while before Close meets it
+		require.NoError(t, p.Close())
+		closed := time.Now()
+		close(stop)
+		wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		require.NoError(t, p.Shutdown(ctx), "round %d: every lease and creation ends", round)
+		cancel()
+		awaitDestroys(t, p)
+
+		for _, c := range f.recorded() {
+			kinds[c.who]++
+			if !c.at.After(closed) {
+				continue
+			}
+			if c.who != "lease" {
+				t.Errorf("round %d: a factory call of the %s started %v after Close returned", round, c.who, c.at.Sub(closed))
+				continue
+			}
+			underWay++
+			assert.True(t, c.leased.Before(closed), "round %d: a Lease called %v after Close returned called the factory", round, c.leased.Sub(closed))
+		}
+		assert.Zero(t, f.tr.live.Load(), "round %d: every item made was destroyed", round)
+	}
+	t.Logf("%d rounds: factory calls %v; %d of leases under way started after Close returned", rounds, kinds, underWay)
+	for _, who := range []string{"lease", "seed", "spares", "refill"} {
+		assert.NotZero(t, kinds[who], "no factory call of the %s ran: Close never met it", who)
+	}
+}
+
+// ncCloseInErr is a caller's ctx whose Err closes the pool at its second
+// call: by then the lease holds its room and is on its way to create, so
+// its factory call comes after Close has returned. Done is nil, so the
+// factory runs on the caller's goroutine.
+type ncCloseInErr struct {
+	context.Context
+	calls atomic.Int32
+	close func()
+}
+
+func (c *ncCloseInErr) Err() error {
+	if c.calls.Add(1) == 2 {
+		c.close()
+	}
+	return nil
+}
+
+// TestCloseEndsTheCreationOfALeaseUnderWay: a lease that holds its room
+// when Close comes, and reaches the factory only once Close has returned,
+// makes no factory call, or one whose ctx has ended already: a lease's
+// creation gets a context "canceled by Pool.Close" ("Lifecycle of an
+// item": Created), and Close cancels "the creations in flight" (the doc
+// comment of Close). Else a factory that heeds its ctx, as a dialer does,
+// dials for a pool that has closed.
+func TestCloseEndsTheCreationOfALeaseUnderWay(t *testing.T) {
+	for round := range 20 {
+		var live atomic.Int32
+		tr := &tracker{}
+		f := FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+			if ctx.Err() == nil {
+				live.Add(1)
+			}
+			return tr.Create(ctx)
+		})
+		p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1, Destroy: tr.destroy})
+		require.NoError(t, err)
+		closed := false
+		ctx := &ncCloseInErr{Context: context.Background(), close: func() {
+			require.NoError(t, p.Close())
+			closed = true
+		}}
+		l, err := p.Lease(ctx)
+		require.True(t, closed, "round %d: Close ran inside the lease, before its creation", round)
+		ended := assert.Zero(t, live.Load(), "round %d: a factory call that began after Close returned had a live ctx", round)
+		if err == nil {
+			l.Release() // destroyed: the pool has closed
+		}
+		awaitDestroys(t, p)
+		assert.Zero(t, tr.live.Load(), "round %d", round)
+		if !ended {
+			return // once is enough to tell
+		}
+	}
 }

@@ -3,25 +3,22 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 )
 
-// Destroying items.
+// Destroying items, on the pool's own goroutines.
 //
 // The invariant: an item counts against MaxSize until its destruction
-// ends. Whoever destroys an item holds its permit throughout, and frees it
-// (or hands it on, as the right to create a fresh item) only once Destroy
-// has returned, panicked or called runtime.Goexit. Every destruction is
-// counted exactly once, by reason, however Destroy ends.
-//
-// One verb, two choices, spelled in the name:
-//
-//	                     the error returned     the error logged
-//	the room stays held  destroy                destroyLogged
-//	the room is freed    destroyAndFree         destroyAndFreeLogged
-//
-// A caller that has somebody to return a Destroy error to (Close, Clear,
-// a Lease that failed) returns it; one that has nobody (a Release, the
-// upkeep, an abandoned creation) logs it through Options.Logger.
+// ends. Whoever lets an item go hands it, with its permit, to
+// destroyLater and returns at once; the Destroy call runs on a task of
+// p.destroys, which frees the permit (or hands it on, as the right to
+// create a fresh item) once Destroy has returned, panicked or called
+// runtime.Goexit, or once DestroyTimeout has passed, whichever comes
+// first. Every destruction is counted exactly once, by reason. The tasks
+// of p.destroys that have not returned or timed out are the Destroy calls
+// the pool waits for: Stats.Destroying, and what Close waits for.
 
 // reason is why an item is destroyed: the reason attribute of
 // pool.items.destroyed.
@@ -44,55 +41,140 @@ var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "di
 // String returns the reason as pool.items.destroyed names it.
 func (r reason) String() string { return reasonNames[r] }
 
-// destroy disposes of an item, with Options.Destroy, and counts it, also
-// when Destroy panics or calls runtime.Goexit, which count as failed
-// Destroy calls. The caller keeps the item's permit.
-func (p *Pool[T]) destroy(e *entry[T], why reason) (err error) {
+// destroyLater destroys e, an item whose permit the caller holds, for why,
+// on a goroutine of the pool's own, and frees the permit once that is
+// done: the caller never waits for a Destroy. From this call on, e is no
+// lease and no leak (the registry and the cleanup let go of it). A failed
+// or panicking Destroy is logged and counted; with b, its end is counted
+// in b too, and its error kept there when b keeps errors.
+func (p *Pool[T]) destroyLater(e *entry[T], why reason, b *destroyBatch) {
 	e.cleanup.Stop() // the entry is garbage from now on, not a leak
 	p.reg.remove(e)
-	returned := false
-	defer func() { p.countDestroyed(why, !returned || err != nil) }()
-	err = p.opts.Destroy(e.value)
-	returned = true
-	if err != nil {
-		return fmt.Errorf("pool %q: destroy item: %w", p.opts.Name, err)
+	p.g.toDestroy()
+	if b != nil {
+		b.pending.Add(1)
 	}
-	return nil
+	p.destroys.startID(func(id uint64) { p.runDestroy(e, why, b, id) }) // never stopped
 }
 
-// destroyAndFree destroys an item whose permit the caller holds, then frees
-// the permit.
-func (p *Pool[T]) destroyAndFree(e *entry[T], why reason) error {
-	defer p.g.free()
-	return p.destroy(e, why)
+// destroyBatch is a batch of destroyLater calls that someone waits for:
+// Close and New after a failed seeding, which keep the errors to return
+// them, and Clear's refill, which waits for the room.
+type destroyBatch struct {
+	keep    bool         // keep the errors, rather than log them
+	pending atomic.Int32 // Destroy calls not ended yet
+	mu      sync.Mutex
+	errs    []error
+	done    chan struct{} // closed by close once pending is 0 and sealed
+	sealed  bool
 }
 
-// destroyLogged is destroy for a caller that has nobody to return a
-// Destroy error to: the error is logged.
-func (p *Pool[T]) destroyLogged(e *entry[T], why reason) {
-	if err := p.destroy(e, why); err != nil {
-		p.warn("destroy item", err)
+func newDestroyBatch(keep bool) *destroyBatch {
+	return &destroyBatch{keep: keep, done: make(chan struct{})}
+}
+
+// ended counts one Destroy of the batch ended, with err, which it keeps
+// when the batch keeps errors.
+func (b *destroyBatch) ended(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil && b.keep {
+		b.errs = append(b.errs, err)
+	}
+	if b.pending.Add(-1) == 0 && b.sealed {
+		close(b.done)
 	}
 }
 
-// destroyAndFreeLogged is destroyAndFree for a caller that has nobody to
-// return a Destroy error to: the error is logged.
-func (p *Pool[T]) destroyAndFreeLogged(e *entry[T], why reason) {
-	if err := p.destroyAndFree(e, why); err != nil {
-		p.warn("destroy item", err)
+// seal says that the batch is complete: done closes once every Destroy of
+// it has ended (at once, when they all have).
+func (b *destroyBatch) seal() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sealed = true
+	if b.pending.Load() == 0 {
+		close(b.done)
 	}
+	return b.done
 }
 
-// quietly runs f, which may destroy an item, for a caller with nobody to
-// raise a Destroy panic to: the panic is logged instead, and the item
-// counts as destroyed all the same (destroy counts it either way).
-func (p *Pool[T]) quietly(f func()) {
+func (b *destroyBatch) join() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return errors.Join(b.errs...)
+}
+
+// destroyAll destroys items whose permits the caller holds, as
+// destroyLater does, all at once, waits until each of their Destroy calls
+// has returned or timed out, and returns their joined errors (a panic's
+// among them, with its stack).
+func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
+	b := newDestroyBatch(true)
+	for _, e := range es {
+		p.destroyLater(e, why, b)
+	}
+	<-b.seal()
+	return b.join()
+}
+
+// A Destroy call's states: running until Destroy returns (finished) or
+// DestroyTimeout passes (timedOut), whichever comes first, once.
+const (
+	destroyRunning int32 = iota
+	destroyFinished
+	destroyTimedOut
+)
+
+// runDestroy is the task of destroyLater: it calls Destroy on e, and ends
+// the destruction (endDestroy) when Destroy returns, panics or calls
+// runtime.Goexit, or when DestroyTimeout passes first; a Destroy past its
+// timeout is left to finish on its own.
+func (p *Pool[T]) runDestroy(e *entry[T], why reason, b *destroyBatch, id uint64) {
+	var state atomic.Int32
+	if d := p.opts.DestroyTimeout; d > 0 {
+		t := time.AfterFunc(d, func() {
+			if state.CompareAndSwap(destroyRunning, destroyTimedOut) {
+				p.endDestroy(why, fmt.Errorf("pool %q: destroy item: %w (%v); its room is free again", p.opts.Name, errDestroyTimeout, d), b, id)
+			}
+		})
+		defer t.Stop()
+	}
+	err := errDestroyGoexit // until Destroy returns: what a Goexit leaves
 	defer func() {
 		if v := recover(); v != nil {
-			p.warn("destroy item", fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, asError(newPanicError(v))))
+			err = fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, asError(newPanicError(v)))
+		}
+		if state.CompareAndSwap(destroyRunning, destroyFinished) {
+			p.endDestroy(why, err, b, id)
 		}
 	}()
-	f()
+	if derr := p.opts.Destroy(e.value); derr != nil {
+		err = fmt.Errorf("pool %q: destroy item: %w", p.opts.Name, derr)
+	} else {
+		err = nil
+	}
+}
+
+var (
+	// errDestroyGoexit is the error of a Destroy that called runtime.Goexit.
+	errDestroyGoexit = errors.New("pool: destroy item: Destroy called runtime.Goexit")
+	// errDestroyTimeout is the error of a Destroy that outlasted DestroyTimeout.
+	errDestroyTimeout = errors.New("no return from Destroy within DestroyTimeout")
+)
+
+// endDestroy ends a destruction, once: it counts it (failed when err is
+// not nil), logs err or keeps it in b, frees the permit, and ends the wait
+// for the batch and for the task id.
+func (p *Pool[T]) endDestroy(why reason, err error, b *destroyBatch, id uint64) {
+	p.countDestroyed(why, err != nil)
+	if err != nil && (b == nil || !b.keep) {
+		p.warn("destroy item", err)
+	}
+	p.g.destroyed()
+	if b != nil {
+		b.ended(err)
+	}
+	p.destroys.done(id) // last: whoever waits for it finds the rest done
 }
 
 // countDestroyed counts one destruction, for why, and whether Destroy
@@ -113,71 +195,4 @@ func (p *Pool[T]) countDestroyed(why reason, failed bool) {
 	if p.m != nil {
 		p.m.itemDestroyed(why, failed)
 	}
-}
-
-// destroyAll destroys items whose permits the caller holds and frees the
-// permits. Every item is destroyed whatever a Destroy does: errors are
-// joined into the result; the first panic is raised again, with its stack,
-// once the rest are destroyed; a runtime.Goexit (t.FailNow in a test's
-// Destroy) ends the calling goroutine, as Goexit must, but only after the
-// rest are destroyed, by the deferred call that Goexit runs on its way out.
-func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
-	b := destroyBatch[T]{p: p, es: es, why: why, free: true}
-	b.run()
-	if b.panicked != nil {
-		panic(b.panicked)
-	}
-	return errors.Join(b.errs...)
-}
-
-// destroyBatch is the state of a destroyAll, kept where a deferred call
-// can finish it.
-type destroyBatch[T any] struct {
-	p    *Pool[T]
-	es   []*entry[T] // not destroyed yet
-	whys []reason    // why each of es is destroyed, when they differ; else why
-	why  reason
-	free bool // free each item's permit right after its destroy; else the caller frees them
-
-	errs     []error
-	panicked *panicError // the first Destroy panic
-}
-
-func (b *destroyBatch[T]) run() {
-	for len(b.es) > 0 {
-		e, why := b.es[0], b.why
-		b.es = b.es[1:]
-		if len(b.whys) > 0 {
-			why, b.whys = b.whys[0], b.whys[1:]
-		}
-		b.destroy(e, why)
-	}
-}
-
-func (b *destroyBatch[T]) destroy(e *entry[T], why reason) {
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		if v := recover(); v != nil {
-			if b.panicked == nil {
-				b.panicked = newPanicError(v)
-			}
-			return
-		}
-		// runtime.Goexit: the goroutine is ending, and this is the last
-		// code of the batch that runs on it.
-		b.run()
-	}()
-	var err error
-	if b.free {
-		err = b.p.destroyAndFree(e, why)
-	} else {
-		err = b.p.destroy(e, why)
-	}
-	if err != nil {
-		b.errs = append(b.errs, err)
-	}
-	returned = true
 }

@@ -7,14 +7,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// Destruction: Options.Destroy and the default disposal, and the batches of
-// Close and Clear, which destroy every item whatever one Destroy does (the
-// package documentation's "Lifecycle of an item": Destroyed).
+// Destruction: Options.Destroy and the default disposal, on the pool's own
+// goroutines, so that no caller but Close waits for one; DestroyTimeout;
+// and Close and Clear, which destroy every item whatever one Destroy does
+// (the package documentation's "Lifecycle of an item": Destroyed).
 
 func TestLifecycleDefaultDestroyClosesCloser(t *testing.T) {
 	tr := &tracker{}
@@ -25,6 +27,7 @@ func TestLifecycleDefaultDestroyClosesCloser(t *testing.T) {
 	l1, l2 := mustLease(t, p), mustLease(t, p)
 	discarded, released := l1.Value(), l2.Value()
 	l1.Discard()
+	awaitDestroys(t, p)
 	assert.True(t, discarded.closed.Load(), "Discard closes an io.Closer item")
 	l2.Release()
 	assert.False(t, released.closed.Load())
@@ -48,7 +51,7 @@ func TestLifecycleCustomDestroyReplacesClose(t *testing.T) {
 	require.NoError(t, p.Close())
 
 	mu.Lock()
-	assert.Equal(t, []int{1, 2}, destroyed)
+	assert.ElementsMatch(t, []int{1, 2}, destroyed)
 	mu.Unlock()
 	for _, c := range items {
 		assert.False(t, c.closed.Load(), "a custom Destroy is called instead of Close")
@@ -56,8 +59,12 @@ func TestLifecycleCustomDestroyReplacesClose(t *testing.T) {
 	assert.Equal(t, uint64(2), p.Stats().Destroyed)
 }
 
-func TestLifecycleDestroyPanicOnDiscardFreesPermit(t *testing.T) {
-	p, _ := newTracked(t, Options[*conn]{MaxSize: 1, Destroy: func(c *conn) error {
+// TestLifecycleDestroyPanicOnDiscardIsLogged: a Destroy that panics on the
+// pool's goroutine does not reach the caller of Discard: it is logged and
+// counted in Stats.DestroyErrors, and the item's room comes back.
+func TestLifecycleDestroyPanicOnDiscardIsLogged(t *testing.T) {
+	log := &logBuffer{}
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1, Logger: log.logger(), Destroy: func(c *conn) error {
 		if c.id == 1 {
 			panic("lc: Destroy panic")
 		}
@@ -65,11 +72,14 @@ func TestLifecycleDestroyPanicOnDiscardFreesPermit(t *testing.T) {
 	}})
 	l := mustLease(t, p)
 
-	v, _ := catchPanic(l.Discard)
-	assert.Equal(t, "lc: Destroy panic", v)
+	_, panicked := catchPanic(l.Discard)
+	assert.False(t, panicked, "a Destroy's panic reaches no caller")
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.Zero(t, s.ActiveLeases)
 	assert.Equal(t, uint64(1), s.Destroyed)
+	assert.Equal(t, uint64(1), s.DestroyErrors)
+	assert.Contains(t, log.String(), "lc: Destroy panic")
 	l2, err := p.TryLease(context.Background())
 	require.NoError(t, err, "the permit is usable again")
 	l2.Release()
@@ -98,6 +108,8 @@ func TestLifecycleCloseJoinsDestroyErrors(t *testing.T) {
 	assertAtRest(t, p)
 }
 
+// TestLifecycleCloseDestroyPanicStillDestroysTheRest: Close destroys every
+// idle item whatever one Destroy does, and returns a panic as an error.
 func TestLifecycleCloseDestroyPanicStillDestroysTheRest(t *testing.T) {
 	var mu sync.Mutex
 	var destroyed []int
@@ -117,8 +129,11 @@ func TestLifecycleCloseDestroyPanicStillDestroysTheRest(t *testing.T) {
 		l.Release()
 	}
 
-	v, _ := catchPanic(func() { _ = p.Close() })
-	assert.Equal(t, "lc: Destroy panic", panicValue(v), "the panic reaches Close's caller")
+	var err error
+	_, panicked := catchPanic(func() { err = p.Close() })
+	assert.False(t, panicked, "a Destroy's panic reaches no caller")
+	assert.ErrorContains(t, err, "lc: Destroy panic", "Close returns it, with the rest of the idle items' errors")
+	assert.ErrorContains(t, err, "destroy_test.go", "with the stack where it happened")
 	mu.Lock()
 	assert.ElementsMatch(t, []int{1, 2, 3}, destroyed, "every idle item is destroyed")
 	mu.Unlock()
@@ -128,6 +143,7 @@ func TestLifecycleCloseDestroyPanicStillDestroysTheRest(t *testing.T) {
 	assert.Zero(t, s.ActiveLeases, "every permit is freed")
 	assert.Zero(t, s.ItemsAvailable)
 	assert.Equal(t, uint64(3), s.Destroyed)
+	assert.Equal(t, uint64(1), s.DestroyErrors)
 	assertAtRest(t, p)
 }
 
@@ -177,4 +193,186 @@ func TestGoexitInDestroyFinishesTheBatch(t *testing.T) {
 			defer l.Release()
 		}
 	})
+}
+
+// blockingDestroy is a Destroy that blocks until release is closed, and
+// counts its calls.
+type blockingDestroy struct {
+	release chan struct{}
+	calls   atomic.Int64
+}
+
+func newBlockingDestroy() *blockingDestroy { return &blockingDestroy{release: make(chan struct{})} }
+
+func (d *blockingDestroy) destroy(c *conn) error {
+	d.calls.Add(1)
+	<-d.release
+	return c.Close()
+}
+
+// TestDestroyRunsOffTheCallersPath: Release, Discard, a Lease that meets an
+// expired item, Clear and SetMaxSize return while the Destroy they cause
+// still runs, on the pool's own goroutine; until it returns, the item
+// counts against MaxSize, in ActiveLeases, ItemsAllocated and
+// Stats.Destroying (doc.go, "Lifecycle of an item": Destroyed).
+func TestDestroyRunsOffTheCallersPath(t *testing.T) {
+	cases := []struct {
+		name string
+		opts Options[*conn]
+		// set up, then cause one destruction, and return the call that
+		// causes it
+		call func(t *testing.T, p *Pool[*conn], clk *fakeClock) func()
+	}{
+		{"Discard", Options[*conn]{}, func(t *testing.T, p *Pool[*conn], _ *fakeClock) func() {
+			return mustLease(t, p).Discard
+		}},
+		{"Release, Reset failing", Options[*conn]{Reset: func(*conn) error { return errBoom }}, func(t *testing.T, p *Pool[*conn], _ *fakeClock) func() {
+			return mustLease(t, p).Release
+		}},
+		{"Release past MaxLifetime", Options[*conn]{MaxLifetime: time.Minute}, func(t *testing.T, p *Pool[*conn], clk *fakeClock) func() {
+			l := mustLease(t, p)
+			clk.advance(minutes(2))
+			return l.Release
+		}},
+		{"Lease meeting an expired item", Options[*conn]{IdleTimeout: time.Minute}, func(t *testing.T, p *Pool[*conn], clk *fakeClock) func() {
+			mustLease(t, p).Release()
+			clk.advance(minutes(2))
+			return func() { mustLease(t, p).Release() } // creates a fresh item: MaxSize is 2
+		}},
+		{"Clear", Options[*conn]{}, func(t *testing.T, p *Pool[*conn], _ *fakeClock) func() {
+			mustLease(t, p).Release()
+			return p.Clear
+		}},
+		{"SetMaxSize", Options[*conn]{}, func(t *testing.T, p *Pool[*conn], _ *fakeClock) func() {
+			a, b := mustLease(t, p), mustLease(t, p)
+			a.Release()
+			b.Release()
+			return func() { require.NoError(t, p.SetMaxSize(1)) }
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newBlockingDestroy()
+			opts := tc.opts
+			opts.MaxSize, opts.Destroy = 2, d.destroy
+			p, _ := newTracked(t, opts)
+			clk := setFakeClock(p)
+			call := tc.call(t, p, clk)
+			returned := make(chan struct{})
+			go func() { call(); close(returned) }()
+			recvOrFail(t, returned, "the call, while its Destroy blocks")
+			require.Eventually(t, func() bool { return d.calls.Load() == 1 }, testWait, time.Millisecond, "Destroy began")
+			s := p.Stats()
+			assert.Equal(t, 1, s.Destroying, "%+v", s)
+			assert.GreaterOrEqual(t, s.ActiveLeases, 1, "the item being destroyed counts as in use: %+v", s)
+			assert.Zero(t, s.Destroyed, "not destroyed until Destroy returns")
+			close(d.release)
+			awaitDestroys(t, p)
+			s = p.Stats()
+			assert.Zero(t, s.Destroying)
+			assert.EqualValues(t, 1, s.Destroyed)
+			assertAtRest(t, p)
+		})
+	}
+}
+
+// TestDestroyTimeoutFreesTheRoom: a Destroy that outlasts DestroyTimeout
+// counts as destroyed, with a DestroyErrors and a Warn naming the timeout,
+// and its room is free again while the call goes on; when it returns late,
+// nothing is counted twice. Without DestroyTimeout the room stays taken
+// (Options.DestroyTimeout).
+func TestDestroyTimeoutFreesTheRoom(t *testing.T) {
+	t.Run("with DestroyTimeout", func(t *testing.T) {
+		d := newBlockingDestroy()
+		log := &logBuffer{}
+		p, _ := newTracked(t, Options[*conn]{MaxSize: 1, DestroyTimeout: 20 * time.Millisecond, Destroy: d.destroy, Logger: log.logger()})
+		mustLease(t, p).Discard()
+		_, err := p.TryLease(context.Background())
+		require.ErrorIs(t, err, ErrExhausted, "the room is the Destroy's until it times out")
+		l, err := p.Lease(context.Background()) // waits for the timeout, then creates
+		require.NoError(t, err)
+		l.Release()
+		s := p.Stats()
+		assert.EqualValues(t, 1, s.Destroyed)
+		assert.EqualValues(t, 1, s.DestroyErrors)
+		assert.Zero(t, s.Destroying)
+		assert.Contains(t, log.String(), "DestroyTimeout (20ms)")
+		close(d.release) // the late return
+		awaitDestroys(t, p)
+		assert.EqualValues(t, 1, p.Stats().Destroyed, "counted once")
+	})
+	t.Run("without", func(t *testing.T) {
+		d := newBlockingDestroy()
+		p, _ := newTracked(t, Options[*conn]{MaxSize: 1, Destroy: d.destroy})
+		mustLease(t, p).Discard()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := p.Lease(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the room stays taken while Destroy runs")
+		assert.Equal(t, 1, p.Stats().Destroying)
+		close(d.release)
+		awaitDestroys(t, p)
+		l, err := p.TryLease(context.Background())
+		require.NoError(t, err, "the room is back once Destroy returned")
+		l.Release()
+	})
+}
+
+// TestCloseWaitsForTheDestroyCalls: Close returns once the Destroy calls of
+// the idle items, and of those under way, have returned, and after it no
+// Destroy starts but for an item whose lease ends later (Pool.Close).
+func TestCloseWaitsForTheDestroyCalls(t *testing.T) {
+	d := newBlockingDestroy()
+	var closedAt atomic.Int64 // monotime when Close returned
+	var lateStarts atomic.Int64
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 3, Destroy: func(c *conn) error {
+		if at := closedAt.Load(); at != 0 && monotime() > at {
+			lateStarts.Add(1)
+		}
+		return d.destroy(c)
+	}})
+	under, idle, late := mustLease(t, p), mustLease(t, p), mustLease(t, p)
+	idle.Release()
+	under.Discard() // a Destroy under way
+	closed := make(chan struct{})
+	go func() { assert.NoError(t, p.Close()); closedAt.Store(monotime()); close(closed) }()
+	require.Eventually(t, func() bool { return d.calls.Load() == 2 }, testWait, time.Millisecond)
+	select {
+	case <-closed:
+		t.Fatal("Close returned while Destroy calls ran")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(d.release)
+	recvOrFail(t, closed, "Close, once the Destroy calls returned")
+	assert.Zero(t, lateStarts.Load(), "a Destroy started after Close returned")
+	late.Release() // its lease ends after Close: its Destroy runs now
+	awaitDestroys(t, p)
+	assert.EqualValues(t, 1, lateStarts.Load(), "the late lease's item is destroyed after Close")
+	assert.EqualValues(t, 3, p.Stats().Destroyed)
+}
+
+// TestLeaseMeetingAnExpiredItemTakesAnotherRoom: a lease that meets an
+// expired idle item leaves that item's room to its Destroy and takes
+// another room, or queues like any lease when none is free (doc.go,
+// "Lifecycle of an item").
+func TestLeaseMeetingAnExpiredItemTakesAnotherRoom(t *testing.T) {
+	d := newBlockingDestroy()
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 2, IdleTimeout: time.Minute, Destroy: d.destroy})
+	clk := setFakeClock(p)
+	a, b := mustLease(t, p), mustLease(t, p)
+	a.Release()
+	b.Release()
+	clk.advance(minutes(2)) // both expire
+	got := leaseAsync(context.Background(), p)
+	waitQueued(t, p, 1) // both rooms are their Destroy calls'
+	assert.Equal(t, 2, p.Stats().Destroying)
+	close(d.release)
+	o := awaitLease(t, got)
+	require.NoError(t, o.err)
+	assert.EqualValues(t, 3, tr.created.Load(), "a fresh item in a freed room")
+	o.l.Release()
+	awaitDestroys(t, p)
+	s := p.Stats()
+	assert.EqualValues(t, 2, s.IdleExpired)
+	assert.EqualValues(t, 1, s.Waits)
 }

@@ -28,11 +28,11 @@
 //	return l.Value().Send(msg)
 //
 // The sections below are the reference: what happens to an item, the rules
-// of a lease, waiting and errors, [Stats], metrics, leak detection and
-// long leases, what to look at when leases time out, the upkeep, and the
-// mistakes the pool defuses and those it cannot. How it
-// works, and the designs measured on the way, are in [docs/DESIGN.md]; how
-// it is tested, in [docs/TESTING.md].
+// of a lease, waiting and errors, [Stats], metrics, tracing, leak detection
+// and long leases, what to look at when leases time out, the upkeep, and
+// the mistakes the pool defuses and those it cannot. How it works, and the
+// designs measured on the way, are in [docs/DESIGN.md]; how it is tested,
+// in [docs/TESTING.md].
 //
 // # Lifecycle of an item
 //
@@ -88,11 +88,20 @@
 // for the clock to reach (a MaxLifetime of math.MaxInt64) never ends.
 //
 // Destroyed. Options.Destroy disposes of an item; when it is nil, an item
-// that is an [io.Closer] is closed and any other is dropped. An item counts
-// against MaxSize until its Destroy returns, and counts as destroyed however
-// Destroy ends; a Destroy that fails or panics is counted in
-// Stats.DestroyErrors. [Lease.Discard], expiry, a failed check or Reset,
-// [Pool.Clear], [Pool.Close] and [Pool.SetMaxSize] destroy items.
+// that is an [io.Closer] is closed and any other is dropped. [Lease.Discard],
+// expiry, a failed check or Reset, [Pool.Clear], [Pool.Close] and
+// [Pool.SetMaxSize] destroy items, and none of them but Close waits for a
+// Destroy: it runs on a goroutine of the pool's own, so that a close that
+// blocks on a silent peer (a TLS close_notify, an SMTP QUIT) never blocks a
+// caller. An item counts against MaxSize until its Destroy returns (in
+// ItemsAllocated, ActiveLeases and Stats.Destroying), or until
+// Options.DestroyTimeout has passed: then it counts as destroyed, its room
+// is free again (with a Warn through Logger), and the call is left to
+// finish on its own. Without DestroyTimeout a Destroy that never returns
+// holds its room for good. An item counts as destroyed however Destroy
+// ends; a Destroy that fails, panics or outlasts DestroyTimeout is logged
+// and counted in Stats.DestroyErrors, and its panic reaches no caller. The
+// Destroy calls the pool waits for are at most MaxSize at once.
 //
 // Detached. [Lease.Detach] takes the item out of the pool for good: the pool
 // frees its place and never touches the item again; disposing of it is the
@@ -102,15 +111,31 @@
 // items now, and every item leased when Clear is called, or being created
 // then, when its lease ends, instead of lending it again (reason clear);
 // items whose creation starts after Clear are untouched. It returns once the
-// idle items are destroyed, and refills the idle items to MinSize in the
-// background, as far as MaxSize allows, within CreateTimeout and until
-// Close; the refill's failures are logged, never returned.
-// [Pool.Close] refuses new leases, wakes every waiting lease with
-// [ErrClosed], cancels the creations under way, destroys the idle items now
-// and the leased ones as they come back, and returns the joined errors of
-// the destroys it ran. [Pool.Shutdown] closes the pool, then waits until
-// every lease has ended, every creation has finished and the upkeep has
-// stopped, or until its ctx ends.
+// idle items have left the pool, and, once their Destroy calls have
+// returned, refills the idle items to MinSize in the background, as far as
+// MaxSize allows, within CreateTimeout and until Close; the refill's
+// failures are logged, never returned. [Pool.Close] refuses new leases,
+// wakes every waiting lease with [ErrClosed], cancels the creations under
+// way, destroys the idle items now and the leased ones as they come back,
+// and returns once the Destroy calls of the idle items, and of those under
+// way, have returned (each waited for at most DestroyTimeout), with the
+// joined errors of the idle items' (a panic's among them). After Close
+// returns, no Destroy starts but for the items of leases that end later.
+// [Pool.Shutdown] closes the pool, then waits until every lease has ended,
+// every creation and Destroy has finished and the pool's background work
+// has stopped, or until its ctx ends.
+//
+// Spare. With Options.MinIdle, the pool keeps that many items idle for the
+// leases to come, created in the background: at New, in every round of the
+// upkeep, and whenever a lease that took the slow way (it did not find an
+// item in its processor's slot, or its item was judged) may have left fewer
+// idle, until MinIdle are idle or
+// MaxSize exist, never while leases wait (they create their own). MinSize
+// is a floor on all the items, met by a busy pool whose every item is in
+// use, so that the next lease creates in the caller; MinIdle keeps a spare
+// ready. A failed creation is logged, counted in Stats.CreateErrors and
+// retried with SeedInBackground's backoff until Close; idle expiry still
+// destroys spares, and the next round replaces them.
 //
 // # Leases and their rules
 //
@@ -166,7 +191,12 @@
 //
 //   - an item;
 //   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit); the
-//     error names the pool, MaxSize and the time waited;
+//     error says what the pool was doing: its name, MaxSize, the time
+//     waited, and how many leases were waiting and items being created and
+//     destroyed (the lease that timed out may or may not be among the
+//     waiting), as in pool: lease timeout: pool "db": every item stayed in
+//     use (MaxSize 10) for 5s; 31 leases waiting, 2 items being created, 0
+//     being destroyed;
 //   - ctx.Err() when the caller's ctx ends first, returned as it is:
 //     [context.Canceled] or [context.DeadlineExceeded], never
 //     ErrLeaseTimeout, so a pool that is too small and a caller that ran
@@ -180,7 +210,11 @@
 //
 // [Pool.TryLease] never waits for an item: when MaxSize items are in use, or
 // other leases already wait, it returns [ErrExhausted] at once. It may still
-// create and prepare an item, within its ctx.
+// create and prepare an item, within its ctx. With Options.MaxQueuedLeases,
+// a Lease that would wait behind that many waiting leases fails at once
+// with ErrExhausted too, whose message names the cap: a service under
+// overload so fails fast rather than piling up goroutines. Both refusals
+// count in Stats.Refused.
 //
 // Every error the pool returns is one of the sentinel errors below or wraps
 // one, is the caller's ctx.Err() (or wraps it, when a Preparer or factory
@@ -193,7 +227,8 @@
 //     pool.
 //   - [ErrLeaseTimeout]: Options.LeaseTimeout elapsed while the lease
 //     waited.
-//   - [ErrExhausted]: TryLease found every item in use, or leases waiting.
+//   - [ErrExhausted]: TryLease found every item in use, or leases waiting;
+//     or a Lease found MaxQueuedLeases leases waiting.
 //   - [ErrPreparationTimeout]: IsReady and Prepare on a fresh item took
 //     longer than Options.PreparationTimeout; the item was destroyed.
 //   - [ErrInvalidOptions]: New, [Options.Validate], SetMaxSize or
@@ -202,22 +237,24 @@
 //     item: ...): the creation or the check of a fresh item failed, and the
 //     lease's place is free again.
 //
-// Errors that have no caller to go to (a Reset or Destroy that fails inside
-// Release or Discard, on expiry or in the background; a creation whose lease
-// gave up; Clear's refill; the upkeep) are logged through Options.Logger at
-// Warn, with the attributes pool.name and err; a failed Destroy is also
-// counted in Stats.DestroyErrors. A panic in the factory, the Preparer,
-// Reset or Destroy leaves the pool consistent and reaches the caller whose
-// call ran it, except where the pool ran that code on its own account (a
-// sweep for expiry, the upkeep, a creation whose caller gave up): such a
-// panic is logged, never raised. A panic raised again away from where it
-// happened (a factory that ran on a goroutine of its own, a Destroy inside
-// Close or Clear, raised once the other items are destroyed) carries in its
-// message the stack where it happened, and unwraps to the original value
-// when that was an error. A callback that calls [runtime.Goexit] loses no
-// place in the pool and leaves no item undestroyed, on any path: a lease, a
-// release that sweeps expired items, Close or Clear, the upkeep (which goes
-// on) or an abandoned creation. A panic in the Logger's handler is dropped:
+// Errors that have no caller to go to (a Reset that fails inside Release; a
+// Destroy, which runs on the pool's own goroutines, wherever it came from; a
+// creation whose lease gave up; Clear's refill; the spares; the upkeep) are
+// logged through Options.Logger at Warn, with the attributes pool.name and
+// err; a failed Destroy is also counted in Stats.DestroyErrors. A panic in
+// the factory, the Preparer or Reset leaves the pool consistent and reaches
+// the caller whose call ran it, except where the pool ran that code on its
+// own account (the upkeep, a creation whose caller gave up, the spares):
+// such a panic is logged, never raised. A panic of Destroy reaches no
+// caller: it is logged and counted (Close returns it, as an error, among
+// the errors of the idle items it destroyed). A panic raised again away
+// from where it happened (a factory that ran on a goroutine of its own)
+// carries in its message the stack where it happened, and unwraps to the
+// original value when that was an error; so does the error of a Destroy's
+// panic. A callback that calls [runtime.Goexit] loses no place in the pool
+// and leaves no item undestroyed, on any path: a lease, a release, a
+// Destroy, Close or Clear, the upkeep (which goes on) or an abandoned
+// creation. A panic in the Logger's handler is dropped:
 // it never crashes the program from the pool's own goroutines, and never
 // leaves a release or the upkeep half-done.
 //
@@ -232,22 +269,28 @@
 //   - ItemsAllocated: ActiveLeases + ItemsAvailable, the items the pool
 //     accounts for.
 //   - QueuedLeases: leases waiting now.
+//   - Destroying: items whose Destroy the pool is waiting for now (each for
+//     at most DestroyTimeout); they are among ActiveLeases.
 //
 // The counts since New:
 //
 //   - Leases: successful Lease and TryLease calls.
-//   - Waits and WaitTime: the leases that had to queue, whatever their
-//     outcome, and the time they spent queued; a lease served at once adds
-//     to neither. Creation and preparation are not part of WaitTime.
+//   - Waits and WaitTime: the waits of the leases that had to queue, whatever
+//     their outcome, and the time they spent queued; a lease served at once
+//     adds to neither, and one that queued again (its item failed its check,
+//     and no room was free) counts each wait. Creation and preparation are not
+//     part of WaitTime.
 //   - Timeouts: leases that failed with ErrLeaseTimeout. Canceled: leases
 //     ended by the caller's ctx, before they started, while waiting,
-//     creating or preparing.
+//     creating or preparing. Refused: leases refused with ErrExhausted, by
+//     TryLease or by MaxQueuedLeases.
 //   - Created: successful factory calls. Destroyed: items destroyed,
 //     whatever Destroy did. Detached: items taken out with Detach.
 //   - IdleExpired, LifetimeExpired: items destroyed for exceeding
 //     IdleTimeout and their lifetime. PrepareFailed: failed checks (IsReady
 //     or Prepare failed or timed out), on lease or by the upkeep.
-//     DestroyErrors: Destroy calls that returned an error or panicked.
+//     DestroyErrors: Destroy calls that returned an error, panicked or
+//     outlasted DestroyTimeout.
 //   - Leaked: leaked leases the garbage collector has found.
 //   - LongLeases: leases reported for being held past
 //     Options.LeakThreshold (see Leaks), each once.
@@ -299,9 +342,9 @@
 //     its count is not the number of leases (pool.leases.granted is). A
 //     lease that never ends (a leak) is never recorded.
 //   - pool.lease.errors (counter, {error}; attribute error.type): failed
-//     leases, by error.type: timeout (ErrLeaseTimeout), canceled (the
-//     caller's ctx ended), closed (ErrClosed), exhausted (TryLease's
-//     ErrExhausted), create (the factory failed for this lease), prepare (a
+//     leases, by error.type: timeout (ErrLeaseTimeout), canceled (the caller's
+//     ctx ended), closed (ErrClosed), exhausted (ErrExhausted, from TryLease or
+//     MaxQueuedLeases), create (the factory failed for this lease), prepare (a
 //     fresh item failed its check).
 //   - pool.preparation.time (histogram, s): each IsReady plus Prepare, failed
 //     or not, on lease or by the upkeep.
@@ -343,6 +386,51 @@
 // reporting, while its counters and histograms go on recording what the
 // leases still out do. The callback holds the pool weakly, so a pool dropped
 // without Close can still be collected.
+//
+// # Tracing
+//
+// The metrics say how the pool is doing as a whole; a [Tracer], set as
+// Options.Tracer, says where one request's time went inside it, in the
+// request's own trace. It sees each lease in the goroutine of the call that
+// made it:
+//
+//   - LeaseStart, as a Lease, TryLease or Do begins, with the caller's ctx
+//     and the pool's Name. The ctx it returns (a span in it, say) is the one
+//     the lease goes on with: its wait, the factory and the Preparer see it,
+//     so their own spans nest under the lease's, and so do LeaseEnd and
+//     Released.
+//   - LeaseEnd, as that call returns, with a [LeaseTrace]: the error (nil
+//     when an item was leased), how long the lease waited in the queue, how
+//     long the factory took to create its item, how long IsReady and Prepare
+//     took, and the item's Uses. A duration is 0 exactly when the lease did
+//     not do that step: Wait when it was served at once, Create when it
+//     leased an idle item, Prepare when no item was checked. Every
+//     LeaseStart gets one LeaseEnd, a failed lease (its ctx, LeaseTimeout,
+//     Close, ErrExhausted, a factory or check that failed) included.
+//   - Released, as a lease that LeaseEnd reported as granted ends, with a
+//     [ReleaseTrace]: how long it was held (from the return of the call that
+//     took it, after its LeaseEnd) and how it ended ("release", "discard" or
+//     "detach"; Do's end is one of the first two). It runs in the goroutine of
+//     that Release, Discard or Detach, once the item has been given back. A
+//     failed lease gets none, and neither does a creation that finishes after
+//     its caller gave up: nobody leased its item.
+//
+// A Tracer's methods run in the caller's time: keep them quick. A panic in
+// one goes on to the caller as a panic of the caller's own code would, once
+// the pool has accounted for the lease: no item and no room is lost (a
+// lease whose LeaseEnd panics is given back, untraced). A lease whose
+// factory or Preparer panics still gets its LeaseEnd, with an error saying
+// so, before the panic goes on.
+//
+// Cost. With Tracer nil, a lease and release pay one compare for it. With
+// one, every lease reads the clock once more and every release once,
+// besides the three calls: with a Tracer that does nothing, a sequential
+// lease and release costs about three times as much, and allocates nothing
+// (BenchmarkLeaseRelease/tracer); the pool keeps the ctx with the lease,
+// in room made with the item. examples/tracing adapts a Tracer to
+// OpenTelemetry spans: a pool.lease span per lease, child of the caller's
+// span, with the wait, the creation and the check as attributes, and a
+// span for the hold. The library itself depends on no tracing package.
 //
 // # Leaks
 //
@@ -452,9 +540,10 @@
 // releases happen, every idle item is judged at least that often, and an
 // expired one is destroyed by the first lease or release after the next
 // sweep falls due; after a burst, a lightly used pool shrinks back to what
-// its load needs. The sweep runs inside that lease or release, Destroy calls
-// included. With IdleTimeout and MaxLifetime both 0 there is no sweep, and
-// it costs the lease and release nothing.
+// its load needs. The sweep runs inside that lease or release, but not the
+// Destroy calls: it hands the expired items to them, on the pool's own
+// goroutines. With IdleTimeout and MaxLifetime both 0 there is no sweep,
+// and it costs the lease and release nothing.
 //
 // Options.UpkeepInterval (0: off) starts one goroutine per pool, stopped by
 // Close before Close returns, that runs a round every UpkeepInterval, spread
@@ -468,10 +557,11 @@
 //   - with a Preparer and CheckAfterIdle > 0, checks the idle items that sat
 //     idle at least CheckAfterIdle, one at a time, and destroys those that
 //     fail, so a dead connection is found before a lease meets it;
-//   - creates items until MinSize exist, never past MaxSize and never while
-//     leases wait (they create their own). A failed creation is logged and
-//     the next round comes sooner: after a sixteenth of the interval,
-//     doubling up to the interval.
+//   - creates items until MinSize exist (not counting those being destroyed),
+//     never past MaxSize and never while leases wait (they create their own),
+//     and asks for the spares of MinIdle. A failed creation is logged and the
+//     next round comes sooner: after a sixteenth of the interval, doubling up
+//     to the interval.
 //
 // An item being checked or created counts against MaxSize, and no lease
 // receives it meanwhile. Nothing of the upkeep runs on the lease and release
@@ -556,12 +646,13 @@
 //     l.Release(); the pool tells you of a leak (see Leaks; a lease held by
 //     a goroutine that is stuck only with LeakThreshold), it cannot undo
 //     one.
-//   - Destroy, and Reset, run on the goroutine that let the item go, while
-//     it still counts against MaxSize: a Destroy that blocks (a QUIT to a
-//     server that does not answer) blocks Close, Clear, SetMaxSize, Discard,
-//     a Release that destroys, and a Lease that meets an expired or broken
-//     item or runs a sweep. Bound them, as you bound your dials: a factory
-//     that ignores its ctx holds its place in the pool until it returns.
+//   - A Destroy that blocks (a QUIT to a server that does not answer) no
+//     longer blocks the caller that let the item go, but its item still
+//     counts against MaxSize, and Close waits for it: set
+//     Options.DestroyTimeout, or bound the goodbye itself, as you bound
+//     your dials (a factory that ignores its ctx holds its place in the
+//     pool until it returns). Reset still runs in Release, on the caller's
+//     goroutine: keep it quick.
 //   - MinSize > 0 makes New create items: when the server is down, New
 //     fails with the factory's error. A program that must start anyway
 //     sets Options.SeedInBackground, which creates the floor once the

@@ -31,13 +31,15 @@ var (
 
 	// ErrLeaseTimeout is returned when Options.LeaseTimeout elapses while a
 	// lease waits for an item, all MaxSize being in use. The returned error
-	// wraps it with the pool's name, MaxSize and the time waited. It is not
-	// context.DeadlineExceeded: a wait ended by the caller's own deadline
-	// returns ctx.Err() instead.
+	// wraps it with what the pool was doing: its name, MaxSize, the time
+	// waited, and how many leases were waiting and items being created and
+	// destroyed. It is not context.DeadlineExceeded: a wait ended by the
+	// caller's own deadline returns ctx.Err() instead.
 	ErrLeaseTimeout = errors.New("pool: lease timeout")
 
 	// ErrExhausted is returned by TryLease when MaxSize items are in use (or
-	// other leases are already waiting for one).
+	// other leases are already waiting for one), and by Lease when
+	// Options.MaxQueuedLeases leases are waiting already.
 	ErrExhausted = errors.New("pool: exhausted")
 
 	// ErrPreparationTimeout is returned, wrapped, when IsReady and Prepare
@@ -60,10 +62,10 @@ var (
 const errNilContext = "pool: nil Context"
 
 // panicError is a panic of user code raised again away from where it
-// happened: a factory's, on the goroutine of the Lease that waited for it,
-// or a Destroy's, by Close or Clear once the rest of the batch is
-// destroyed. The stack of the panic would be lost there, so it travels in
-// the message; Unwrap gives the original value when it was an error.
+// happened (a factory's, on the goroutine of the Lease that waited for it),
+// or reported there as an error (a Destroy's, which Close returns). The
+// stack of the panic would be lost there, so it travels in the message;
+// Unwrap gives the original value when it was an error.
 type panicError struct {
 	value any
 	stack []byte

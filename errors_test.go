@@ -3,10 +3,11 @@ package pool
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
+	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,10 +74,10 @@ func TestPanicRaisedAgainCarriesUserStack(t *testing.T) {
 		tr := &tracker{}
 		p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 2, MaxSize: 2, Destroy: panickingDestroy})
 		require.NoError(t, err)
-		v, _ := catchPanic(func() { _ = p.Close() })
-		require.NotNil(t, v)
-		assert.Equal(t, "ed: Destroy panic", panicValue(v))
-		assert.Contains(t, fmt.Sprint(v), "panickingDestroy", "the message shows Destroy's frame")
+		err = p.Close() // Destroy runs on the pool's goroutines: Close returns its panic as an error
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "ed: Destroy panic")
+		assert.Contains(t, err.Error(), "panickingDestroy", "the message shows Destroy's frame")
 		s := p.Stats()
 		assert.EqualValues(t, 2, s.Destroyed, "both items counted destroyed")
 		assert.EqualValues(t, 2, s.DestroyErrors)
@@ -173,6 +174,7 @@ func TestGoexitInAnyCallbackLosesNothing(t *testing.T) {
 			defer p.Close()
 
 			c.run(t, p)
+			awaitDestroys(t, p) // a Destroy runs on the pool's goroutine
 			require.True(t, fired.Load(), "the callback ran")
 			require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond,
 				"every item slot comes back: %+v", p.Stats())
@@ -201,6 +203,7 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		require.NoError(t, err)
 		defer p.Close()
 		mustLease(t, p).Discard()
+		awaitDestroys(t, p)
 		assert.Contains(t, log.String(), `level=WARN msg="pool: destroy item" pool.name=edpool err="destroy item: destroy failed"`)
 		assert.EqualValues(t, 1, p.Stats().DestroyErrors)
 	})
@@ -212,6 +215,7 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		require.NoError(t, err)
 		defer p.Close()
 		mustLease(t, p).Release()
+		awaitDestroys(t, p)
 		out := log.String()
 		assert.Contains(t, out, `msg="pool: reset item; destroying it" pool.name=edpool err="reset item: reset failed"`)
 		assert.Contains(t, out, `msg="pool: destroy item"`)
@@ -228,6 +232,7 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		l := mustLease(t, p)
 		clk.advance(minutes(2))
 		l.Release()
+		awaitDestroys(t, p)
 		assert.Contains(t, log.String(), `msg="pool: destroy item"`)
 		assert.EqualValues(t, 1, p.Stats().LifetimeExpired)
 	})
@@ -257,8 +262,9 @@ func TestErrorsWithNoCallerAreLoggedAndCounted(t *testing.T) {
 		tr.setFail(errBoom)
 		p.Clear()
 		awaitBackground(t, p)
+		awaitDestroys(t, p)
 		out := log.String()
-		assert.Contains(t, out, `msg="pool: clear: destroy idle items"`)
+		assert.Contains(t, out, `msg="pool: destroy item" pool.name=edpool err="destroy item: destroy failed"`)
 		assert.Contains(t, out, `msg="pool: clear: refill: create item" pool.name=edpool err="create item: boom"`)
 		assert.EqualValues(t, 2, p.Stats().DestroyErrors)
 		assert.NoError(t, p.Close())
@@ -313,4 +319,104 @@ func TestLoggerPanicOnThePoolsGoroutinesIsDropped(t *testing.T) {
 		require.Eventually(t, func() bool { return h.calls.Load() > 0 && p.Stats().ActiveLeases == 0 },
 			testWait, time.Millisecond, "the failure was logged and its room came back")
 	})
+}
+
+// TestLeaseTimeoutSaysWhatThePoolWasDoing: ErrLeaseTimeout's message names
+// MaxSize, the time waited and what held the pool meanwhile: the leases
+// waiting, the items being created and those being destroyed ("Waiting and
+// errors"; "When leases time out"). The three rooms of a pool of three are
+// a lease, a creation whose factory blocks and a Destroy that blocks; four
+// leases queue, and the one that times out says what it saw.
+func TestLeaseTimeoutSaysWhatThePoolWasDoing(t *testing.T) {
+	const leaseTimeout = 20 * time.Millisecond
+	tr := &tracker{}
+	destroyGate := make(chan struct{})
+	p, err := New[*conn](context.Background(), tr, Options[*conn]{
+		Name:         "busy",
+		MaxSize:      3,
+		LeaseTimeout: leaseTimeout,
+		Destroy: func(c *conn) error {
+			if c.id == 2 {
+				<-destroyGate
+			}
+			return tr.destroy(c)
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+
+	// The lease that times out, and three others queued with it. Each
+	// stops in the gate's wait hook, queued, its timer running: the three
+	// others stay there, queued, until the test is done, so that none of
+	// them can time out and leave the queue before the first has said what
+	// it saw; that one goes on once all four are queued.
+	var first atomic.Uint64 // its goroutine
+	firstGo, othersGo := make(chan struct{}), make(chan struct{})
+	letFirstGo := sync.OnceFunc(func() { close(firstGo) })
+	testHooks.beforeWait = func() {
+		if goroutineID() == first.Load() {
+			<-firstGo
+		} else {
+			<-othersGo
+		}
+	}
+	creationGate := make(chan struct{})
+	var held Lease[*conn]
+	var wg sync.WaitGroup
+	done := sync.OnceFunc(func() { // ends every wait and hold of the test, also after a failure
+		letFirstGo()
+		close(othersGo)
+		close(creationGate)
+		close(destroyGate)
+		held.Release()
+		wg.Wait()
+		testHooks.beforeWait = nil
+	})
+	t.Cleanup(done)
+
+	held = mustLease(t, p)
+	mustLease(t, p).Discard() // item 2: its Destroy blocks
+	setBlock(tr, creationGate)
+	wg.Go(func() { // item 3: its factory blocks
+		if l, err := p.Lease(context.Background()); err == nil {
+			l.Release()
+		}
+	})
+	require.Eventually(t, func() bool { return p.c.creating.Load() == 1 }, testWait, time.Millisecond)
+	s := p.Stats()
+	require.Equal(t, 3, s.ActiveLeases, "%+v", s)
+	require.Equal(t, 1, s.Destroying, "%+v", s)
+
+	timedOut := make(chan error, 1)
+	wg.Go(func() {
+		first.Store(goroutineID())
+		_, err := p.Lease(context.Background())
+		timedOut <- err
+	})
+	for range 3 {
+		wg.Go(func() {
+			if l, err := p.Lease(context.Background()); err == nil {
+				l.Release()
+			}
+		})
+	}
+	waitQueued(t, p, 4)
+	letFirstGo()
+	err = recvOrFail(t, timedOut, "the lease to time out")
+
+	require.ErrorIs(t, err, ErrLeaseTimeout)
+	msg := err.Error()
+	assert.Contains(t, msg, `pool "busy"`)
+	assert.Contains(t, msg, "every item stayed in use (MaxSize 3) for ")
+	m := regexp.MustCompile(`\(MaxSize 3\) for (\S+); ([34]) leases waiting, 1 items being created, 1 being destroyed$`).FindStringSubmatch(msg)
+	if assert.NotNil(t, m, "the message says what the pool was doing, with 3 leases waiting (4 with the one that timed out): %q", msg) {
+		waited, err := time.ParseDuration(m[1])
+		if assert.NoError(t, err, "the time waited: %q", m[1]) {
+			assert.GreaterOrEqual(t, waited, leaseTimeout, "it waited LeaseTimeout at least")
+		}
+	}
+
+	done()
+	awaitDestroys(t, p)
+	assertAtRest(t, p)
 }

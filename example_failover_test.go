@@ -32,6 +32,7 @@ func ExamplePool_Do() {
 			return c.Send(fmt.Sprintf("message %d", i))
 		})
 		if err != nil {
+			exDestroyed(p) // Do returned at once; the pool closes the connection on its own goroutine
 			fmt.Println("error:", err)
 		}
 	}
@@ -165,6 +166,7 @@ func ExamplePool_Clear() {
 	fmt.Printf("before: %d idle, %d leased\n", s.ItemsAvailable, s.ActiveLeases)
 
 	p.Clear() // the server failed over: no session of before may be used again
+	exDestroyed(p)
 	s = p.Stats()
 	// Only the destroyed: the refill to MinSize may have begun already,
 	// and an item being created counts as leased until it is idle.
@@ -173,6 +175,7 @@ func ExamplePool_Clear() {
 	for p.Stats().ItemsAvailable < 1 {
 		time.Sleep(time.Millisecond) // the refill to MinSize runs in the background
 	}
+	exDestroyed(p)
 	s = p.Stats()
 	fmt.Printf("later:  %d idle, %d leased; %d destroyed, %d created in all\n", s.ItemsAvailable, s.ActiveLeases, s.Destroyed, s.Created)
 	// Output:

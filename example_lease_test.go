@@ -66,6 +66,7 @@ func ExampleLease_Discard() {
 		}
 	}
 	send("half a message", true)
+	exDestroyed(p) // Discard returned at once: the pool closes the item on its own goroutine
 	send("a whole one", false)
 	fmt.Println("destroyed:", p.Stats().Destroyed)
 	// Output:

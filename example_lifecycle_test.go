@@ -48,6 +48,7 @@ func ExamplePool_SetMaxSize() {
 	a.Release() // one too many: destroyed
 	b.Release() // one too many: destroyed
 	c.Release() // fits: kept idle
+	exDestroyed(p)
 	s := p.Stats()
 	fmt.Printf("shrunk to %d: %d item, %d destroyed\n", s.MaxSize, s.ItemsAllocated, s.Destroyed)
 	fmt.Println(p.SetMaxSize(0))
@@ -116,10 +117,47 @@ func ExamplePool_Close() {
 	_, err = p.Lease(ctx)
 	fmt.Println(err)
 	fmt.Println("errors.Is(err, pool.ErrClosed):", errors.Is(err, pool.ErrClosed))
-	busy.Release()
+	busy.Release() // destroyed, on the pool's own goroutine
+	exDestroyed(p)
 	// Output:
 	// conn 2: closed
 	// pool: closed: pool "mail"
 	// errors.Is(err, pool.ErrClosed): true
 	// conn 1: closed
+}
+
+// A busy pool keeps spares with MinIdle: while three sessions are in use,
+// two more wait idle, created in the background, so that the next lease
+// finds one ready instead of dialing in the caller (MinSize, a floor on
+// all the items, would not: with three in use, it is met).
+func ExampleOptions_minIdle() {
+	dialer := &sessions{}
+	p, err := pool.New(context.Background(), dialer, pool.Options[*session]{Name: "api", MinIdle: 2, MaxSize: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	for range 3 {
+		l, err := p.Lease(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer l.Release()
+	}
+	for p.Stats().ItemsAvailable < 2 {
+		time.Sleep(time.Millisecond) // the spares are created in the background
+	}
+	s := p.Stats()
+	fmt.Printf("%d in use, %d spare\n", s.ActiveLeases, s.ItemsAvailable)
+
+	l, err := p.Lease(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release()
+	fmt.Println("the next lease took a spare:", l.Value().id <= 5)
+	// Output:
+	// 3 in use, 2 spare
+	// the next lease took a spare: true
 }

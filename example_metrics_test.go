@@ -28,6 +28,7 @@ func ExamplePool_Stats() {
 	a, _ := p.Lease(ctx)
 	b, _ := p.Lease(ctx)
 	b.Discard()
+	exDestroyed(p)            // b is destroyed on the pool's own goroutine
 	c, err := p.TryLease(ctx) // b's place is free again: a fresh item
 	if err != nil {
 		log.Fatal(err)

@@ -34,6 +34,15 @@ func (c *exConn) Close() error {
 	return nil
 }
 
+// exDestroyed waits until p has no Destroy under way: the pool destroys
+// items on goroutines of its own, so an example that prints what was
+// destroyed waits for that first (Close waits for them itself).
+func exDestroyed[T any](p *pool.Pool[T]) {
+	for p.Stats().Destroying > 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // exServer is the far end: Create dials it, and a restart drops every
 // connection made before.
 type exServer struct {
@@ -360,6 +369,7 @@ func ExampleCheckFunc() {
 			log.Fatal(err)
 		}
 		defer l.Release()
+		exDestroyed(p) // one that failed its check is closed on the pool's own goroutine
 		if err := l.Value().Send(msg); err != nil {
 			log.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -28,7 +27,7 @@ import (
 // lock, it moves the parked items into the idle queue (judging a parked
 // item needs owning it: its fields belong to whoever holds it) and takes
 // out every expired one, each with a permit; then, outside the lock, it
-// destroys them. An expired idle item is so destroyed within a period of
+// hands them to their Destroy. An expired idle item is so destroyed within a period of
 // the first lease or release after its expiry.
 //
 // With IdleTimeout and MaxLifetime both 0, sweepEvery is 0 and nothing of
@@ -115,30 +114,15 @@ func (p *Pool[T]) claimSweep(now int64) bool {
 	return p.sweepEvery > 0 && now >= at && p.sweepAt.CompareAndSwap(at, now+p.sweepEvery)
 }
 
-// destroyExpired takes out and destroys every idle item expired at now.
-// Nobody waits for these destroys, so their errors and panics are logged,
-// not raised; the permits go back once all are destroyed, so that a lease
-// they let in meets the pool as the sweep leaves it.
+// destroyExpired takes out every idle item expired at now, each with a
+// permit, for its Destroy (destroyLater): nobody waits for these.
 func (p *Pool[T]) destroyExpired(now int64) {
 	floor := 0
 	if p.opts.UpkeepInterval > 0 {
 		floor = p.opts.MinSize
 	}
 	es, whys := p.g.takeExpired(func(e *entry[T]) (reason, bool) { return p.expired(e, now) }, floor)
-	if len(es) == 0 {
-		return
-	}
-	defer func() { // after a Goexit in Destroy too: see destroyAll
-		for range es {
-			p.g.free()
-		}
-	}()
-	b := destroyBatch[T]{p: p, es: es, whys: whys}
-	b.run()
-	if b.panicked != nil {
-		b.errs = append(b.errs, fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, b.panicked))
-	}
-	for _, err := range b.errs {
-		p.warn("destroy an expired item", err)
+	for i, e := range es {
+		p.destroyLater(e, whys[i], nil)
 	}
 }

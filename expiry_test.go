@@ -123,6 +123,7 @@ func TestLifecycleMaxLifetimeOnRelease(t *testing.T) {
 			item := l.Value()
 			clk.advance(int64(time.Hour) + tt.age)
 			l.Release()
+			awaitDestroys(t, p)
 
 			s := p.Stats()
 			assert.Zero(t, s.ActiveLeases)
@@ -219,6 +220,7 @@ func lightLoad(t *testing.T, opts Options[*conn]) (Stats, int) {
 	if !pinsProcessor {
 		needs = len(p.g.slots.s) + 1
 	}
+	awaitDestroys(t, p)
 	return p.Stats(), needs
 }
 
@@ -260,6 +262,7 @@ func TestMaxLifetimeJitterSpreadsExpiry(t *testing.T) {
 		clk.ns.Store(int64(now))
 		before := p.Stats().LifetimeExpired
 		p.destroyExpired(p.now())
+		awaitDestroys(t, p)
 		perStep = append(perStep, int(p.Stats().LifetimeExpired-before))
 		if now <= time.Second {
 			require.Zero(t, perStep[len(perStep)-1], "nothing expires before MaxLifetime (at %v)", now)
@@ -327,6 +330,7 @@ func TestReleaseThatSweepsLosesNoItem(t *testing.T) {
 			clk.advance(int64(2 * time.Minute)) // a and b expire, and a sweep is due
 
 			onOwnGoroutine(t, c.Release) // c's release sweeps: it destroys a and b
+			awaitDestroys(t, p)
 			s := p.Stats()
 			assert.Zero(t, s.ActiveLeases, "c came back: %+v", s)
 			assert.Equal(t, 1, s.ItemsAvailable, "c is idle: %+v", s)

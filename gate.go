@@ -39,14 +39,21 @@ import (
 type gate[T any] struct {
 	slots slots[T] // the idle ring's per-processor slots: see ring.go
 
-	mu     sync.Mutex
-	size   int // MaxSize; changed by resize
-	held   int // permits held, including those of entries parked in slots
-	closed bool
-	// shrinking: resize made size smaller than held + idle, and the
-	// permits that come back retire until the items fit (see resize).
+	mu        sync.Mutex
+	size      int // MaxSize; changed by resize
+	maxQueued int // MaxQueuedLeases; 0: no limit
+	held      int // permits held, including those of entries parked in slots
+	closed    bool
+	// shrinking: resize made size smaller than the items alive (held but
+	// dying, plus idle), and the items that come back are destroyed and
+	// the permits that come back retire until they fit (see resize).
 	shrinking bool
-	idle      idleQueue[T]
+	// dying counts the permits held by items on their way to their
+	// Destroy (toDestroy, destroyed): they count against size, as every
+	// item does until its Destroy returns, but a shrink need not shed them
+	// again. Stats.Destroying.
+	dying int
+	idle  idleQueue[T]
 	// fastLeases counts the leases that acquire completed: here, under
 	// the lock already held, rather than on a cache line of their own
 	// (docs/DESIGN.md, "Stats without a second truth").
@@ -155,14 +162,15 @@ func (g *gate[T]) unlock() {
 type admission uint8
 
 const (
-	admitted        admission = iota // a permit, with an idle entry
-	admitRetired                     // a permit, with an idle entry from before the last Clear, to destroy
-	admitRoom                        // a permit and no idle entry: the room to create one
-	queued                           // no permit yet: the lease waits, in await
-	refusedInUse                     // no permit free, and the caller would not wait
-	refusedQueue                     // others wait already, and the caller would not wait behind them
-	refusedClosed                    // the gate is closed
-	refusedCanceled                  // the caller's ctx had ended before it could queue
+	admitted         admission = iota // a permit, with an idle entry
+	admitRetired                      // a permit, with an idle entry from before the last Clear, to destroy
+	admitRoom                         // a permit and no idle entry: the room to create one
+	queued                            // no permit yet: the lease waits, in await
+	refusedInUse                      // no permit free, and the caller would not wait
+	refusedQueue                      // others wait already, and the caller would not wait behind them
+	refusedClosed                     // the gate is closed
+	refusedCanceled                   // the caller's ctx had ended before it could queue
+	refusedQueueFull                  // maxQueued leases wait already
 )
 
 // refused reports whether a is a refusal: the lease fails.
@@ -182,8 +190,9 @@ const (
 // fastLeases. When no permit is free, or others already wait (the queue is
 // FIFO: a newcomer never overtakes it), it queues the caller in the same
 // critical section and returns its waiter, for await (queued); unless the
-// caller would not wait, when the lease is refused, or its ctx has ended,
-// when it is refusedCanceled. A closed gate refuses every lease.
+// caller would not wait, when the lease is refused, or maxQueued leases
+// wait already (refusedQueueFull), or its ctx has ended (refusedCanceled).
+// A closed gate refuses every lease.
 func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) (e *entry[T], w *waiter[T], a admission) {
 	g.lock()
 	if g.closed {
@@ -209,6 +218,10 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 		}
 		g.unlock()
 		return e, nil, a
+	}
+	if g.maxQueued > 0 && g.waiters.n >= g.maxQueued {
+		g.unlock()
+		return nil, nil, refusedQueueFull
 	}
 	// A Context's Err may take a lock, and so may sync.Pool's first Get
 	// after a collection: calls that may block, which an unpreemptible
@@ -262,13 +275,17 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 // path (docs/DESIGN.md, "The bypass protocol"). Bypass on longer than
 // needed costs speed only.
 func (g *gate[T]) setBypass() (cameOn bool) {
-	g.shrinking = g.held+g.idle.len() > g.size
+	g.shrinking = g.alive() > g.size
 	if !g.bypassNeeded() || g.slots.bypass.Load() {
 		return false // the common case: no write to the slots' header
 	}
 	g.slots.bypass.Store(true)
 	return true
 }
+
+// alive returns the items in existence but those on their way to their
+// Destroy. Caller holds g.mu.
+func (g *gate[T]) alive() int { return g.held - g.dying + g.idle.len() }
 
 // bypassNeeded reports whether the slots must be bypassed now. Caller holds
 // g.mu.
@@ -471,14 +488,35 @@ func (g *gate[T]) free() {
 	g.unlock()
 }
 
-// freeLocked is free. Caller holds g.mu. While shrinking, the permit
-// retires instead of going to a waiter: the item it stood for was one too
-// many.
+// freeLocked is free. Caller holds g.mu. While the items in existence
+// exceed size (a shrink, or items dying past it), the permit retires
+// instead of going to a waiter: the item it stood for was one too many.
 func (g *gate[T]) freeLocked() {
-	if !g.shrinking && g.grantOldest(nil, nil) {
+	if g.held+g.idle.len() <= g.size && g.grantOldest(nil, nil) {
 		return
 	}
 	g.dropPermitLocked()
+}
+
+// toDestroy counts a permit the caller holds as one of an item on its way
+// to its Destroy: see dying.
+func (g *gate[T]) toDestroy() {
+	g.lock()
+	g.dying++
+	if g.shrinking {
+		g.shrinking = g.alive() > g.size
+		g.bypassOff()
+	}
+	g.unlock()
+}
+
+// destroyed frees the permit of an item whose Destroy has ended (returned,
+// or past DestroyTimeout), as free does.
+func (g *gate[T]) destroyed() {
+	g.lock()
+	g.dying--
+	g.freeLocked()
+	g.unlock()
 }
 
 // dropPermitLocked counts one permit fewer held, after giveBackLocked or
@@ -499,8 +537,8 @@ func (g *gate[T]) dropPermitLocked() {
 type roomCount int
 
 const (
-	idleItems roomCount = iota // the idle items, queued or parked: Clear's refill
-	allItems                   // the items in existence, held + idle: the upkeep's floor
+	idleItems roomCount = iota // the idle items, queued or parked: Clear's refill, MinIdle
+	allItems                   // the items in existence but those dying: the upkeep's floor
 )
 
 // tryAcquireRoom takes a bare permit without waiting, for the caller to
@@ -512,7 +550,7 @@ const (
 func (g *gate[T]) tryAcquireRoom(n int, count roomCount) bool {
 	g.lock()
 	defer g.unlock()
-	have := g.held + g.idle.len()
+	have := g.alive()
 	if count == idleItems {
 		have = g.idle.len() + g.slots.scan().parked
 	}
@@ -661,18 +699,18 @@ func (g *gate[T]) whenDrained() <-chan struct{} {
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // counts returns the permits held by leases (and creations and
-// destructions), the idle entries (queued or parked), the queued waiters and
-// the slots' sums, with fastLeases added to their leases. Parked entries
+// destructions), the idle entries (queued or parked), the queued waiters,
+// the size, the permits of the items dying and the slots' sums, with fastLeases added to their leases. Parked entries
 // come and go without the lock, so the split between leased and idle is a
 // moment's estimate, but neither figure exceeds size, unless a shrink has
 // not settled yet.
-func (g *gate[T]) counts() (leased, idle, queued, size int, sums slotSums) {
+func (g *gate[T]) counts() (leased, idle, queued, size, dying int, sums slotSums) {
 	g.lock()
 	defer g.unlock()
 	sums = g.slots.scan()
 	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
 	sums.leases += g.fastLeases
-	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, sums
+	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, g.dying, sums
 }
 
 // idleEntries appends every idle entry, queued or parked, to buf, for the
@@ -715,6 +753,14 @@ func (g *gate[T]) maxSize() int {
 	return g.size
 }
 
+// queueAndSize returns the waiters queued now, the gate's size and the
+// items dying.
+func (g *gate[T]) queueAndSize() (queued, size, dying int) {
+	g.lock()
+	defer g.unlock()
+	return g.waiters.n, g.size, g.dying
+}
+
 // isClosed reports whether close has run.
 func (g *gate[T]) isClosed() bool {
 	g.lock()
@@ -742,7 +788,7 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 		g.held++ // a waiter exists only while no item is idle: a bare permit
 		g.grantOldest(nil, nil)
 	}
-	over := g.held + g.idle.len() - g.size
+	over := g.alive() - g.size
 	if g.setBypass() {
 		// Parked entries hold permits of their own; those not to destroy
 		// join the idle queue, as bypass requires.

@@ -3,8 +3,11 @@ package pool
 import (
 	"bytes"
 	"context"
+	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -74,8 +77,8 @@ func TestLifecycleDiscardGivesWaiterRightToCreate(t *testing.T) {
 	require.Eventually(t, func() bool { return p.Stats().QueuedLeases == 1 }, testWait, time.Millisecond)
 
 	l.Discard()
+	o := awaitLease(t, waiter) // granted once the Destroy has returned
 	assert.True(t, item.closed.Load(), "Discard destroys the item")
-	o := awaitLease(t, waiter)
 	require.NoError(t, o.err)
 	assert.Equal(t, 2, o.l.Value().id, "the waiter creates a fresh item with the freed permit")
 	assert.Equal(t, int64(2), tr.created.Load())
@@ -473,4 +476,335 @@ func TestWaiterTimerUnderAsyncTimerChan(t *testing.T) {
 	}
 	require.NoError(t, err, "under GODEBUG=asynctimerchan=1:\n%s", out)
 	assert.Contains(t, string(out), "--- PASS: TestWaiterTimerReuse", "the child ran the test:\n%s", out)
+}
+
+// TestMaxQueuedLeasesRefusesOneMore: with MaxQueuedLeases waiting, one more
+// Lease fails at once with ErrExhausted naming the cap; Stats.Refused and
+// pool.lease.errors (error.type exhausted) count it, and TryLease's
+// refusals too (Options.MaxQueuedLeases).
+func TestMaxQueuedLeasesRefusesOneMore(t *testing.T) {
+	mp, r := mtProvider(t)
+	p, _ := newTracked(t, Options[*conn]{Name: "capped", MaxSize: 1, MaxQueuedLeases: 2, MeterProvider: mp})
+	held := mustLease(t, p)
+	waiters := []<-chan leaseOutcome{leaseAsync(context.Background(), p), leaseAsync(context.Background(), p)}
+	waitQueued(t, p, 2)
+
+	_, err := p.Lease(context.Background())
+	require.ErrorIs(t, err, ErrExhausted)
+	assert.EqualError(t, err, `pool: exhausted: pool "capped": every item is in use (MaxSize 1) and MaxQueuedLeases (2) leases are waiting already`)
+	_, err = p.TryLease(context.Background())
+	require.ErrorIs(t, err, ErrExhausted)
+	s := p.Stats()
+	assert.EqualValues(t, 2, s.Refused)
+	assert.Equal(t, 2, s.QueuedLeases, "the refused leases did not queue")
+	assert.Zero(t, s.Timeouts)
+	c := mtCollect(t, r)
+	exhausted := mtAttrs("capped", "error.type", "exhausted")
+	assert.EqualValues(t, 2, c.mtCounter(t, "pool.lease.errors", "{error}")[exhausted.Equivalent()])
+
+	held.Release() // to one waiter, then the other, in their order of queueing
+	o := awaitAny(t, waiters)
+	require.NoError(t, o.err, "the queued leases are served")
+	o.l.Release()
+	o = awaitAny(t, waiters)
+	require.NoError(t, o.err, "the queued leases are served")
+	o.l.Release()
+}
+
+// awaitAny returns the outcome of whichever of the leases in chs ends
+// first, within testWait.
+func awaitAny(t *testing.T, chs []<-chan leaseOutcome) leaseOutcome {
+	t.Helper()
+	cases := make([]reflect.SelectCase, 0, len(chs)+1)
+	for _, ch := range chs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(testWait))})
+	i, v, _ := reflect.Select(cases)
+	require.Less(t, i, len(chs), "no lease returned")
+	return v.Interface().(leaseOutcome)
+}
+
+// stormSlack bounds how long past its deadline a lease of
+// TestWaiterTimeoutStorm may return, beyond the stalls of the whole
+// process that watchStalls saw: the scheduling delay of a loaded machine,
+// generously, for an "at once" check; not a speed.
+const stormSlack = time.Second
+
+// watchStalls sleeps a millisecond at a time until stop is closed, and
+// keeps in stall the longest it overslept: a stall of the whole process (a
+// loaded machine, a long pause) delays every wake-up by as much, the
+// leases' included, and a bound on how late they come must allow for it.
+func watchStalls(stop <-chan struct{}, stall *atomic.Int64) {
+	for {
+		before := time.Now()
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		if over := int64(time.Since(before) - time.Millisecond); over > stall.Load() {
+			stall.Store(over)
+		}
+	}
+}
+
+// stormWaiter is what one waiter of TestWaiterTimeoutStorm saw.
+type stormWaiter struct {
+	start, returned time.Time
+	ctxDeadline     time.Time // zero: none, only LeaseTimeout
+	err             error
+}
+
+// TestWaiterTimeoutStorm sends 200 waiters with short deadlines at a pool
+// of 4 whose items 3 holders keep a few milliseconds at a time, and checks
+// every lease against its deadline, while the invariants hold throughout
+// ("Waiting and errors": the wait ends with ErrLeaseTimeout after
+// LeaseTimeout or with ctx.Err() when the ctx ends first, and a caller that
+// gave up never walks away with an item; "Stats").
+//
+// What is exact: a wait never ends early. A lease that failed with
+// ErrLeaseTimeout returned at least LeaseTimeout after it was called (its
+// timer starts after the call, and fires no sooner), one that failed with
+// context.DeadlineExceeded at or after its ctx's deadline (the ctx ends no
+// sooner). What is not: how late. The timer's firing and the waiter's
+// wake-up take what the scheduler gives them, and a grant that reaches the
+// waiter after its deadline, before its timer has fired, is taken, rightly:
+// giving up wins only over a grant that finds it ready. So a failure, and a
+// grant, must come within stormSlack of the deadline, no more: a waiter
+// that outlived its deadline by more ignored it.
+//
+// Waiters whose only deadline is a LeaseTimeout longer than the storm are
+// long enough: every one of them is served. At the end the pool is whole:
+// every item accounted for, no lease queued, MaxSize leasable at once.
+func TestWaiterTimeoutStorm(t *testing.T) {
+	cases := []struct {
+		name         string
+		leaseTimeout time.Duration
+		onlyTimeout  int // every onlyTimeout-th waiter has no ctx deadline, LeaseTimeout only
+		long         bool
+	}{
+		// LeaseTimeout far beyond the storm: the waiters without a ctx
+		// deadline are long enough, the others end by their ctx.
+		{name: "ctx deadlines", leaseTimeout: testWait, onlyTimeout: 4, long: true},
+		// LeaseTimeout short: half the waiters end by it, the others by
+		// their ctx or by it, whichever is earlier.
+		{name: "LeaseTimeout and ctx deadlines", leaseTimeout: 15 * time.Millisecond, onlyTimeout: 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			const maxSize, holders, waiters = 4, 3, 200
+			p, tr := newTracked(t, Options[*conn]{MaxSize: maxSize, LeaseTimeout: tc.leaseTimeout})
+
+			stop := make(chan struct{})
+			var holderLeases, holderTimeouts atomic.Int64
+			var load sync.WaitGroup
+			for range holders {
+				load.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						l, err := p.Lease(context.Background())
+						if errors.Is(err, ErrLeaseTimeout) {
+							holderTimeouts.Add(1)
+							continue
+						}
+						if !assert.NoError(t, err) {
+							return
+						}
+						holderLeases.Add(1)
+						time.Sleep(3 * time.Millisecond) // holds slowly
+						l.Release()
+					}
+				})
+			}
+			var stall atomic.Int64
+			load.Go(func() { watchStalls(stop, &stall) })
+			load.Go(func() {
+				for {
+					checkInvariants(t, p, tr.live.Load)
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Microsecond):
+					}
+				}
+			})
+
+			seen := make([]stormWaiter, waiters)
+			begin := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range waiters {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(i), 0))
+					<-begin
+					w := &seen[i]
+					ctx := context.Background()
+					w.start = time.Now()
+					if i%tc.onlyTimeout != 0 {
+						w.ctxDeadline = w.start.Add(time.Millisecond + time.Duration(rng.Int64N(int64(30*time.Millisecond))))
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithDeadline(ctx, w.ctxDeadline)
+						defer cancel()
+					}
+					l, err := p.Lease(ctx)
+					w.returned, w.err = time.Now(), err
+					if err == nil {
+						// At least a millisecond: the items serve a few
+						// waiters a millisecond, and the storm outlasts the
+						// deadlines.
+						time.Sleep(time.Millisecond + time.Duration(rng.Int64N(int64(time.Millisecond))))
+						l.Release()
+					}
+				})
+			}
+			close(begin)
+			wg.Wait()
+			close(stop)
+			load.Wait()
+
+			slack := stormSlack + time.Duration(stall.Load())
+			var served, timedOut, ctxEnded int
+			for i, w := range seen {
+				deadline := w.start.Add(tc.leaseTimeout)
+				if !w.ctxDeadline.IsZero() && w.ctxDeadline.Before(deadline) {
+					deadline = w.ctxDeadline
+				}
+				late := w.returned.Sub(deadline)
+				switch {
+				case w.err == nil:
+					served++
+					assert.LessOrEqual(t, late, slack, "waiter %d was granted %v past its deadline", i, late)
+				case errors.Is(w.err, ErrLeaseTimeout):
+					timedOut++
+					assert.GreaterOrEqual(t, w.returned.Sub(w.start), tc.leaseTimeout, "waiter %d timed out before LeaseTimeout", i)
+					assert.LessOrEqual(t, late, slack, "waiter %d timed out %v past its deadline", i, late)
+				case errors.Is(w.err, context.DeadlineExceeded):
+					ctxEnded++
+					if assert.False(t, w.ctxDeadline.IsZero(), "waiter %d has no ctx deadline", i) {
+						assert.False(t, w.returned.Before(w.ctxDeadline), "waiter %d ended by its ctx %v before its deadline", i, w.ctxDeadline.Sub(w.returned))
+					}
+					assert.LessOrEqual(t, late, slack, "waiter %d gave up %v past its deadline", i, late)
+				default:
+					t.Errorf("waiter %d: %v", i, w.err)
+				}
+				if tc.long && w.ctxDeadline.IsZero() {
+					assert.NoError(t, w.err, "waiter %d, whose deadline is long enough, is served", i)
+				}
+			}
+			t.Logf("%d waiters: %d served, %d timed out, %d ended by their ctx; holders: %d leases, %d timeouts; longest stall %v",
+				waiters, served, timedOut, ctxEnded, holderLeases.Load(), holderTimeouts.Load(), time.Duration(stall.Load()))
+			// That the storm tried what it should: deadlines ran out, and,
+			// with LeaseTimeout far, the waiters it spares were served.
+			// With LeaseTimeout short, a stall of the machine longer than it
+			// may leave none served, rightly.
+			if tc.long {
+				require.NotZero(t, ctxEnded, "the storm outlasted some ctx deadlines")
+			} else {
+				require.NotZero(t, timedOut, "the storm outlasted LeaseTimeout")
+			}
+
+			s := p.Stats()
+			assert.Equal(t, uint64(served)+uint64(holderLeases.Load()), s.Leases, "%+v", s)
+			assert.Equal(t, uint64(timedOut)+uint64(holderTimeouts.Load()), s.Timeouts, "%+v", s)
+			assert.Equal(t, uint64(ctxEnded), s.Canceled, "%+v", s)
+			assert.Zero(t, s.QueuedLeases, "%+v", s)
+			assert.Zero(t, s.ActiveLeases, "%+v", s)
+			assertAtRest(t, p)
+			for i := range maxSize { // no permit lost
+				l, err := p.TryLease(context.Background())
+				require.NoError(t, err, "lease %d of MaxSize %d at once", i+1, maxSize)
+				defer l.Release()
+			}
+		})
+	}
+}
+
+// TestMaxQueuedLeasesShedsAtOnce sends 80 goroutines, ten times MaxSize +
+// MaxQueuedLeases, each leasing again and again with a long LeaseTimeout,
+// at a pool of 4 whose items they keep a millisecond: a lease that would
+// wait behind MaxQueuedLeases others fails at once with ErrExhausted,
+// naming the cap, and counts in Stats.Refused ("Waiting and errors"; the
+// doc comments of Options.MaxQueuedLeases and Stats.Refused). Every lease
+// is served or refused, none times out, and the queue never grows past the
+// cap while the load runs.
+func TestMaxQueuedLeasesShedsAtOnce(t *testing.T) {
+	const maxSize, maxQueued = 4, 4
+	const goroutines, rounds = 10 * (maxSize + maxQueued), 10
+	// atOnce bounds how long a refusal may take, beyond the stalls of the
+	// whole process that watchStalls saw: generously, for a loaded machine;
+	// an "at once" check, not a speed. That no refused lease queued is the
+	// Waits check's to see, exactly.
+	const atOnce = 100 * time.Millisecond
+	p, tr := newTracked(t, Options[*conn]{Name: "shed", MaxSize: maxSize, MaxQueuedLeases: maxQueued, LeaseTimeout: testWait})
+
+	stop := make(chan struct{})
+	var deepest, stall atomic.Int64
+	var checker sync.WaitGroup
+	checker.Go(func() { watchStalls(stop, &stall) })
+	checker.Go(func() {
+		for {
+			s := p.Stats()
+			checkStats(t, s, tr.live.Load, 0)
+			if q := int64(s.QueuedLeases); q > deepest.Load() {
+				deepest.Store(q)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Microsecond):
+			}
+		}
+	})
+
+	var served, refused, slowest atomic.Int64 // slowest: the longest refusal
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			<-start
+			for range rounds {
+				begin := time.Now()
+				l, err := p.Lease(context.Background())
+				took := time.Since(begin)
+				switch {
+				case err == nil:
+					served.Add(1)
+					time.Sleep(time.Millisecond)
+					l.Release()
+				case errors.Is(err, ErrExhausted):
+					refused.Add(1)
+					for old := slowest.Load(); int64(took) > old && !slowest.CompareAndSwap(old, int64(took)); old = slowest.Load() {
+					}
+					assert.Contains(t, err.Error(), "MaxQueuedLeases (4)")
+				default:
+					t.Errorf("a lease neither served nor refused: %v", err)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(stop)
+	checker.Wait()
+
+	t.Logf("%d leases served, %d refused, the longest refusal in %v; queue %d deep at most",
+		served.Load(), refused.Load(), time.Duration(slowest.Load()), deepest.Load())
+	require.NotZero(t, refused.Load(), "the load overflowed the queue")
+	assert.Equal(t, int64(goroutines*rounds), served.Load()+refused.Load())
+	assert.LessOrEqual(t, deepest.Load(), int64(maxQueued), "more leases queued than MaxQueuedLeases")
+	assert.LessOrEqual(t, time.Duration(slowest.Load()), atOnce+time.Duration(stall.Load()),
+		"a refusal that was not at once (the longest stall seen: %v)", time.Duration(stall.Load()))
+	s := p.Stats()
+	assert.Zero(t, s.Timeouts, "%+v", s)
+	assert.Equal(t, uint64(refused.Load()), s.Refused, "%+v", s)
+	assert.Equal(t, uint64(served.Load()), s.Leases, "%+v", s)
+	// Every lease that queued was served, as none timed out: a refused
+	// lease that had queued first would count in Waits beyond them.
+	assert.LessOrEqual(t, s.Waits, s.Leases, "%+v", s)
+	assert.Zero(t, s.QueuedLeases, "%+v", s)
+	assertAtRest(t, p)
 }

@@ -54,6 +54,10 @@ type entry[T any] struct {
 	site    *leakSite
 	mark    *watchMark
 
+	// trace, with a Tracer, is what the current lease's end reports: see
+	// trace.go. Made at creation.
+	trace *traceState
+
 	// self is the registry's weak pointer to the entry, and holds counts
 	// the pool's own holds of it between leases: see holders.go.
 	self  weak.Pointer[entry[T]]

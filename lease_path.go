@@ -32,8 +32,12 @@ import (
 // is idle. A failed creation or preparation of a fresh item returns its
 // error, wrapped. The caller must end the lease: defer l.Release().
 // Lease panics when ctx is nil.
-func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
-	l, err := p.lease(ctx, mayWait)
+func (p *Pool[T]) Lease(ctx context.Context) (l Lease[T], err error) {
+	if p.route.traced {
+		l, err = p.leaseTraced(ctx, mayWait)
+	} else {
+		l, err = p.lease(ctx, mayWait, nil)
+	}
 	if p.route.sited && err == nil {
 		recordSite(l.e) // here, so that the stack walk starts right at the caller
 	}
@@ -43,8 +47,12 @@ func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
 // TryLease is Lease without the wait: when MaxSize items are in use, or
 // other leases already wait for one, it returns ErrExhausted at once. It
 // may still create and prepare an item, within ctx.
-func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
-	l, err := p.lease(ctx, noWait)
+func (p *Pool[T]) TryLease(ctx context.Context) (l Lease[T], err error) {
+	if p.route.traced {
+		l, err = p.leaseTraced(ctx, noWait)
+	} else {
+		l, err = p.lease(ctx, noWait, nil)
+	}
 	if p.route.sited && err == nil {
 		recordSite(l.e)
 	}
@@ -65,7 +73,13 @@ func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 //		return nil
 //	})
 func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
-	l, err := p.lease(ctx, mayWait)
+	var l Lease[T]
+	var err error
+	if p.route.traced {
+		l, err = p.leaseTraced(ctx, mayWait)
+	} else {
+		l, err = p.lease(ctx, mayWait, nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -89,8 +103,9 @@ func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
 }
 
 // lease is Lease and TryLease: the fast path, and the gate's admission for
-// the slow lease.
-func (p *Pool[T]) lease(ctx context.Context, wait waitChoice) (Lease[T], error) {
+// the slow lease. A traced lease passes tm, for the slow lease to fill in;
+// the fast path does nothing it would measure.
+func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, tm *leaseTimes) (Lease[T], error) {
 	if ctx == nil {
 		panic(errNilContext)
 	}
@@ -124,7 +139,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice) (Lease[T], error) 
 				}
 			}
 			procUnpin()
-			return p.leaseSlow(ctx, e, nil, admitted)
+			return p.leaseSlow(ctx, e, nil, admitted, wait, tm)
 		}
 		procUnpin()
 	}
@@ -132,49 +147,76 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice) (Lease[T], error) 
 	// the critical section that queues the lease when there is neither.
 	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs)
 	if a == admitted && p.route.lease == leaseAsIs {
+		if p.spares != nil {
+			p.wantSpares() // it took from the idle queue: perhaps the last spare
+		}
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil // counted by acquire
 	}
-	return p.leaseSlow(ctx, e, w, a)
+	return p.leaseSlow(ctx, e, w, a, wait, tm)
 }
 
 // leaseSlow finishes a lease that the fast path could not, after the gate's
 // admission a: e came with the permit when a is admitted or admitRetired,
-// and w is the lease's place in the queue when a is queued.
-func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission) (Lease[T], error) {
-	// Refused at the gate: the lease fails with the reason.
-	if a.refused() {
-		return p.refused(ctx, a)
-	}
-	// Queued: wait for a permit, which may come with an item.
-	var waited time.Duration
-	if a == queued {
-		var err error
-		if e, waited, err = p.wait(ctx, w); err != nil {
-			return Lease[T]{}, err
+// and w is the lease's place in the queue when a is queued. An idle item
+// that fails its judgement goes to its Destroy with the lease's room, and
+// the lease asks the gate for another (wait says whether it may queue for
+// it). With tm, it measures its wait, creation and checks there.
+func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission, wait waitChoice, tm *leaseTimes) (Lease[T], error) {
+	var waited time.Duration // over every wait of the lease
+	didQueue := false
+	for {
+		// Refused at the gate: the lease fails with the reason.
+		if a.refused() {
+			return p.refused(ctx, a)
 		}
-	}
-	// A permit in hand: the newest idle item that passes judgement, else a
-	// fresh one.
-	e, t, err := p.takeReady(ctx, e)
-	if err == nil && e == nil {
-		e, t, err = p.createReady(ctx)
-	}
-	if err != nil {
-		return p.leaseFailed(ctx, p.failedBy(ctx, t, err), err)
-	}
-	// Lent: counted on its processor (Stats.Leases) and, with metrics,
-	// its wait recorded when it queued, and perhaps sampled for use_time.
-	k := p.g.slots.countLease(procPin())
-	procUnpin()
-	if p.m != nil {
+		// Queued: wait for a room, which may come with an item.
 		if a == queued {
-			p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
+			didQueue = true
+			var err error
+			if e, err = p.wait(ctx, w, &waited, tm); err != nil {
+				return Lease[T]{}, err
+			}
 		}
-		if p.sampledForUse(k) {
-			p.sampleUse(e)
+		// A room in hand: an idle item that passes judgement, else a fresh
+		// one; or another room, when the idle item failed.
+		var t errType
+		var err error
+		e, t, err = p.takeReady(ctx, e, tm)
+		if err == errAnotherRoom {
+			e, w, a = p.g.acquire(ctx, wait, false)
+			continue
 		}
+		if err == nil && e == nil {
+			e, t, err = p.createReady(ctx, tm)
+		}
+		if err != nil {
+			return p.leaseFailed(ctx, p.failedBy(ctx, t, err), err)
+		}
+		// Lent: counted on its processor (Stats.Leases) and, with metrics,
+		// its wait recorded when it queued and perhaps sampled for
+		// use_time; with MinIdle, it asks for spares: it may have taken
+		// the last.
+		k := p.g.slots.countLease(procPin())
+		procUnpin()
+		if p.spares != nil {
+			p.wantSpares()
+		}
+		if p.m != nil {
+			p.lentMetrics(ctx, e, k, didQueue, waited)
+		}
+		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
-	return Lease[T]{e: e, gen: e.gen.Load()}, nil
+}
+
+// lentMetrics records, for a slow lease of e with k leases before it on its
+// processor, its wait when it queued, and its use_time when sampled.
+func (p *Pool[T]) lentMetrics(ctx context.Context, e *entry[T], k uint64, queued bool, waited time.Duration) {
+	if queued {
+		p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
+	}
+	if p.sampledForUse(k) {
+		p.sampleUse(e)
+	}
 }
 
 // refused fails a lease that the gate refused as a.
@@ -186,81 +228,96 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 		return p.leaseFailed(ctx, errCanceled, ctx.Err())
 	case refusedInUse:
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().inUse)
+	case refusedQueueFull:
+		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queueFull)
 	default:
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queue)
 	}
 }
 
 // wait waits, for the lease that the gate queued as w, until it grants a
-// permit, which may come with an item (the gate counts the wait); when the
-// wait ends otherwise, it fails the lease with the error its end calls for.
-func (p *Pool[T]) wait(ctx context.Context, w *waiter[T]) (*entry[T], time.Duration, error) {
-	e, waited, expired, err := p.g.await(ctx, w, p.opts.LeaseTimeout)
+// room, which may come with an item (the gate counts the wait, and wait
+// adds it to waited, and to tm); when the wait ends otherwise, it fails the
+// lease with the error its end calls for.
+func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], waited *time.Duration, tm *leaseTimes) (*entry[T], error) {
+	e, d, expired, err := p.g.await(ctx, w, p.opts.LeaseTimeout)
+	*waited += d
+	if tm != nil {
+		tm.wait = *waited
+	}
 	if err == nil {
-		return e, waited, nil
+		return e, nil
 	}
 	if e != nil {
 		// An item granted as we gave up, on a pool that closed or shrank
 		// meanwhile: nobody else may have it.
-		p.destroyAndFreeLogged(e, p.refusedWhy())
+		p.destroyLater(e, p.refusedWhy(), nil)
 	}
 	var t errType
 	switch {
 	case expired:
-		t, err = errTimeout, fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v",
-			ErrLeaseTimeout, p.opts.Name, p.g.maxSize(), waited.Round(time.Millisecond))
+		t, err = errTimeout, p.timeoutError(d)
 	case err == ErrClosed:
 		t, err = errClosed, p.errClosed
 	default:
 		t = errCanceled
 	}
 	_, err = p.leaseFailed(ctx, t, err)
-	return nil, waited, err
+	return nil, err
 }
 
-// takeReady takes idle items for the permit the caller holds, e first when it
-// came with the permit, then the newest, until one is ready to lend (see judge,
-// against one clock read for them all), and destroys the others. It returns no
-// item and no error when none is idle: the permit is the caller's still, to
-// create one. On error, and on a panic or Goexit of user code, it has returned
-// the permit and destroyed the item in hand; failed says which step failed.
-func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T]) (_ *entry[T], failed errType, err error) {
+// timeoutError is ErrLeaseTimeout for a lease that waited for waited: it
+// says what the pool was doing.
+func (p *Pool[T]) timeoutError(waited time.Duration) error {
+	queued, size, dying := p.g.queueAndSize()
+	return fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v; %d leases waiting, %d items being created, %d being destroyed",
+		ErrLeaseTimeout, p.opts.Name, size, waited.Round(time.Millisecond), queued, p.c.creating.Load(), dying)
+}
+
+// errAnotherRoom is what takeReady returns when the idle item in hand
+// failed its judgement and went to its Destroy with the lease's room: the
+// lease needs another from the gate.
+var errAnotherRoom = errors.New("pool: another room")
+
+// takeReady decides, for the room the caller holds, on e, the idle item
+// that came with it, or, when there is none, the newest idle one now: lend
+// it when it passes judgement (judge); else it goes to its Destroy, with
+// the room, and takeReady returns errAnotherRoom. It returns no item and no
+// error when none is idle: the room is the caller's still, to create one.
+// On another error the room has gone (with the item, or back), also on a
+// panic or Goexit of user code; failed says which step failed.
+func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], tm *leaseTimes) (_ *entry[T], failed errType, err error) {
+	if e == nil {
+		if e = p.g.takeIdle(); e == nil {
+			return nil, 0, nil
+		}
+	}
 	settled := false
 	defer func() {
-		if !settled {
+		if !settled { // a panic or Goexit in the Preparer
 			p.letGo(e)
 		}
 	}()
-	var now int64 // the one clock read, in a pool that stamps releases; it may sweep
+	var now int64 // the clock, in a pool that stamps releases; it may sweep
 	if p.route.stamped {
 		if now = p.now(); p.claimSweep(now) {
 			p.destroyExpired(now)
 		}
 	}
-	for ; ; e = nil {
-		if e == nil {
-			if e = p.g.takeIdle(); e == nil {
-				settled = true
-				return nil, 0, nil
-			}
-		}
-		v, why, err := p.judge(ctx, e, now)
-		switch v {
-		case lendIt:
-			settled = true
-			return e, 0, nil
-		case spareIt:
-			settled = true
-			p.giveBack(e) // the caller gave up before the check: the item is as good as it was
-			return nil, errCanceled, err
-		}
-		victim := e
-		e = nil
-		p.destroyLogged(victim, why)
-		if err != nil && ctx.Err() != nil {
-			return nil, errCanceled, ctx.Err() // the caller gave up: don't try the next one
-		}
+	v, why, err := p.judge(ctx, e, now, tm)
+	settled = true
+	switch v {
+	case lendIt:
+		return e, 0, nil
+	case spareIt:
+		p.giveBack(e) // the caller gave up before the check: the item is as good as it was
+		return nil, errCanceled, err
 	}
+	p.destroyLater(e, why, nil)
+	if err != nil && ctx.Err() != nil {
+		return nil, errCanceled, ctx.Err() // the caller gave up: don't try another
+	}
+	return nil, 0, errAnotherRoom
 }
 
 // verdict is what judge decided of an idle item taken for a lease.
@@ -278,7 +335,7 @@ const (
 // the Preparer when it is due a check (needsCheck), and destroy it when the
 // check fails. The error is the check's, or the ctx's when it ended before
 // the check.
-func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64) (verdict, reason, error) {
+func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, tm *leaseTimes) (verdict, reason, error) {
 	if p.retired(e) {
 		return destroyIt, reasonClear, nil
 	}
@@ -296,7 +353,12 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64) (verdict, r
 			p.endJudging(e)
 			return spareIt, 0, err
 		}
-		if err := p.prepare(ctx, e); err != nil {
+		start := p.startTimer(tm)
+		err := p.prepare(ctx, e)
+		if tm != nil {
+			tm.prepare += p.since(start)
+		}
+		if err != nil {
 			return destroyIt, reasonPrepare, err
 		}
 	}
@@ -314,11 +376,11 @@ func (p *Pool[T]) endJudging(e *entry[T]) {
 	}
 }
 
-// createReady creates a fresh item for the permit the caller holds and,
-// with a Preparer, checks it. On error, and on a panic or Goexit of user
-// code, it has returned the permit (or left it with a creation its caller
-// gave up on) and destroyed the item; failed says which step failed.
-func (p *Pool[T]) createReady(ctx context.Context) (_ *entry[T], failed errType, err error) {
+// createReady creates a fresh item for the room the caller holds and, with
+// a Preparer, checks it. On error, and on a panic or Goexit of user code,
+// the room has gone (back, or with the item to its Destroy, or with a
+// creation its caller gave up on); failed says which step failed.
+func (p *Pool[T]) createReady(ctx context.Context, tm *leaseTimes) (_ *entry[T], failed errType, err error) {
 	var e *entry[T]
 	settled := false
 	defer func() {
@@ -327,12 +389,22 @@ func (p *Pool[T]) createReady(ctx context.Context) (_ *entry[T], failed errType,
 		}
 	}()
 	var abandoned bool
-	if e, abandoned, err = p.create(ctx); err != nil {
+	start := p.startTimer(tm)
+	e, abandoned, err = p.create(ctx)
+	if tm != nil {
+		tm.create = p.since(start)
+	}
+	if err != nil {
 		settled = abandoned // the permit went with the creation
 		return nil, errCreate, err
 	}
 	if p.opts.Preparer != nil {
-		if err = p.prepareFresh(ctx, e); err != nil {
+		start = p.startTimer(tm)
+		err = p.prepareFresh(ctx, e)
+		if tm != nil {
+			tm.prepare += p.since(start)
+		}
+		if err != nil {
 			return nil, errPrepare, err // the deferred letGo destroys it
 		}
 	}
@@ -340,11 +412,11 @@ func (p *Pool[T]) createReady(ctx context.Context) (_ *entry[T], failed errType,
 	return e, 0, nil
 }
 
-// letGo returns the permit of a slow lease that fails, destroying the item
-// in hand, if any.
+// letGo gives up the room of a slow lease that fails: with the item in
+// hand, if any, to its Destroy; else back to the gate.
 func (p *Pool[T]) letGo(e *entry[T]) {
 	if e != nil {
-		p.destroyAndFreeLogged(e, reasonPrepare)
+		p.destroyLater(e, reasonPrepare, nil)
 		return
 	}
 	p.g.free()
@@ -390,6 +462,8 @@ func (p *Pool[T]) leaseFailed(ctx context.Context, t errType, err error) (Lease[
 		p.c.canceled.Add(1)
 	case errTimeout:
 		p.c.timeouts.Add(1)
+	case errExhausted:
+		p.c.refused.Add(1)
 	}
 	if p.m != nil {
 		p.m.leaseFailed(ctx, t)

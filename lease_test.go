@@ -89,6 +89,7 @@ func TestLifecycleEndingAnEndedLeaseDoesNothing(t *testing.T) {
 			tt.first(l)
 			require.NotPanics(t, func() { tt.second(cp) })
 			require.NotPanics(t, func() { tt.second(l) })
+			awaitDestroys(t, p)
 
 			s := p.Stats()
 			assert.Zero(t, s.ActiveLeases, "the permit was returned once")
@@ -166,6 +167,7 @@ func TestCopiesRacingToEndALeaseEndItOnce(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
+		awaitDestroys(t, p)
 		require.LessOrEqual(t, detached.Load(), int64(1))
 		s := p.Stats()
 		require.Equal(t, 0, s.ActiveLeases, "the lease ended and freed its permit once")

@@ -221,6 +221,7 @@ func TestMetricsScripted(t *testing.T) {
 
 	// A discard, a failed creation, a failed preparation of a fresh item.
 	l3.Discard()
+	awaitDestroys(t, p) // Destroy runs on the pool's goroutine, and holds l3's room until then
 	tr.setFail(errBoom)
 	_, err = p.Lease(ctx)
 	require.ErrorIs(t, err, errBoom)
@@ -229,6 +230,7 @@ func TestMetricsScripted(t *testing.T) {
 	_, err = p.Lease(ctx)
 	require.ErrorIs(t, err, errMtPrepare)
 	prep.fail.Store(false)
+	awaitDestroys(t, p)
 
 	// An idle expiry: l1's item idles past IdleTimeout, the next lease
 	// destroys it and creates a fresh one.
@@ -239,6 +241,7 @@ func TestMetricsScripted(t *testing.T) {
 	// Clear destroys l4's item once idle.
 	l4.Release()
 	p.Clear()
+	awaitDestroys(t, p)
 
 	// One leased, one idle.
 	l5 := mustLease(t, p)
@@ -303,6 +306,7 @@ func TestMetricsScripted(t *testing.T) {
 	// gauges stop, the counters go on.
 	require.NoError(t, p.Close())
 	l5.Release()
+	awaitDestroys(t, p)
 	_, err = p.Lease(ctx)
 	require.ErrorIs(t, err, ErrClosed)
 	c = mtCollect(t, r)
@@ -351,7 +355,9 @@ func TestMetricsLifetimeAndReset(t *testing.T) {
 	clk.advance(int64(2 * time.Minute))
 	l.Release() // past MaxLifetime: destroyed on release
 	failReset.Store(true)
+	awaitDestroys(t, p)
 	mustLease(t, p).Release() // Reset fails: destroyed
+	awaitDestroys(t, p)
 
 	c := mtCollect(t, r)
 	mtAssertPoints(t, "pool.items.destroyed", c.mtCounter(t, "pool.items.destroyed", "{item}"),
@@ -393,6 +399,7 @@ func TestMetricsTwoPoolsReportSeparately(t *testing.T) {
 	defer lb1.Release()
 	defer lb2.Release()
 	la.Discard()
+	awaitDestroys(t, a)
 
 	c := mtCollect(t, r)
 	mtAssertPoints(t, "pool.items.created", c.mtCounter(t, "pool.items.created", "{item}"),

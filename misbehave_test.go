@@ -6,11 +6,15 @@ package pool
 // what the package documentation promises about the items it is handed
 // (doc.go, "Lifecycle of an item" and "Leases and their rules"): at most
 // MaxSize exist, none is held by two leases at once, none is used or
-// destroyed once destroyed or detached.
+// destroyed once destroyed or detached. Its Logger counts what the pool
+// logs of the faults, which have no caller to go to (doc.go, "Waiting and
+// errors").
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
@@ -51,8 +55,10 @@ const (
 	// the hook.
 	faultGoexit
 	// faultHang blocks: the factory and the preparer until their ctx ends,
-	// then they return the injectedFault wrapped around ctx.Err(); Reset
-	// and Destroy, which have no ctx, for 1 to 4 ms, and then succeed.
+	// then they return the injectedFault wrapped around ctx.Err(); Reset,
+	// which has no ctx, for 1 to 4 ms, and then succeeds; Destroy, which
+	// has none either, as Reset does, or, when the harness has an unhang
+	// channel, until that is closed (see faults.hangDestroy).
 	faultHang
 	// faultNotReady is IsReady's "not ready" (Prepare runs next); it means
 	// nothing to the other hooks.
@@ -145,7 +151,10 @@ func (it *faultItem) stateNow() itemState { return itemState(it.state.Load()) }
 // calls Goexit as done too), and when a holder is about to Detach an item
 // (see detaching). So the cap is checked against the truth, not against
 // the pool's figures: Create reports a start past max, and checks that
-// run with the load read live.
+// run with the load read inExistence. A Destroy that the pool gave up on
+// after DestroyTimeout runs on, but its item counts as destroyed (doc.go,
+// "Lifecycle of an item": Destroyed): inExistence, Create's check and peak
+// leave those out, as the pool's Logger tells of them.
 //
 // Every hook checks that the item it is handed is alive and held by no
 // lease; Destroy, that it destroys each item once, never a detached one;
@@ -164,12 +173,30 @@ type faults struct {
 	seed  uint64
 	draws atomic.Uint64
 
-	next                           atomic.Int64 // item ids
+	next atomic.Int64 // item ids
+	// live counts the items in existence; peak, the most at once, less
+	// the Destroy calls the pool gave up on (see inExistence).
 	live, peak, created, destroyed atomic.Int64
 	faulted                        [numHooks][numKinds]atomic.Int64 // faults injected, by hook and kind
 	slowed, gaveUp                 [numHooks]atomic.Int64           // slow calls; those of them that their ctx ended
 	ctxErrs                        [numHooks]atomic.Int64           // calls that found their ctx ended (IsReady)
 	violations                     atomic.Int64
+
+	// unhang, when set, makes a Destroy hang block until it is closed
+	// (unhangAll); hanging counts the Destroy calls blocked now, and
+	// unhung those that returned once unblocked (see inExistence).
+	unhang          chan struct{}
+	unhangOnce      sync.Once
+	hanging, unhung atomic.Int64
+
+	// What the pool logged at Warn (see logger): logged counts the records
+	// whose error is an injected fault, by hook and kind; a Destroy that
+	// called runtime.Goexit counts as [onDestroy][faultGoexit], one that
+	// outlasted DestroyTimeout as [onDestroy][faultHang], whatever it was
+	// doing. destroyLogs counts every record of a failed Destroy, and
+	// otherLogs the records whose error is none of these.
+	logged                 [numHooks][numKinds]atomic.Int64
+	destroyLogs, otherLogs atomic.Int64
 
 	mu   sync.Mutex
 	made []*faultItem // every item Create returned
@@ -298,7 +325,8 @@ func (f *faults) slow(ctx context.Context, h faultHook) error {
 // Create is the factory. A call that ends without an item (an error, a
 // panic, a Goexit) leaves live as it found it.
 func (f *faults) Create(ctx context.Context) (*faultItem, error) {
-	n := f.live.Add(1)
+	unhung := f.unhung.Load() // before live: see inExistence
+	n := f.live.Add(1) - f.givenUp(unhung)
 	for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
 	}
 	if f.max > 0 && n > int64(f.max) {
@@ -378,10 +406,61 @@ func (f *faults) destroy(it *faultItem) error {
 		f.violate("Destroy got item %d, which is %v: destroyed twice, or after Detach", it.id, it.stateNow())
 	}
 	f.destroyed.Add(1)
+	hung := false
+	defer func() {
+		if hung {
+			f.unhung.Add(1) // after live drops: see inExistence
+		}
+	}()
 	defer f.live.Add(-1)
 	ctx := context.Background()
 	_ = f.slow(ctx, onDestroy)
-	return f.strike(ctx, onDestroy, f.fault(ctx, onDestroy))
+	k := f.fault(ctx, onDestroy)
+	if k == faultHang && f.unhang != nil {
+		hung = true
+		f.hangDestroy()
+		return nil
+	}
+	return f.strike(ctx, onDestroy, k)
+}
+
+// hangDestroy blocks a Destroy call until unhangAll: a close that never
+// returns, as to a peer gone silent. Only DestroyTimeout gives its room
+// back (doc.go, "Lifecycle of an item": Destroyed).
+func (f *faults) hangDestroy() {
+	f.hanging.Add(1)
+	defer f.hanging.Add(-1)
+	<-f.unhang
+}
+
+// unhangAll unblocks the Destroy calls that hang, and those that will:
+// once the test has checked what it wanted while they hung, and in its
+// cleanup, so that no goroutine is left behind.
+func (f *faults) unhangAll() {
+	if f.unhang != nil {
+		f.unhangOnce.Do(func() { close(f.unhang) })
+	}
+}
+
+// inExistence is live less the Destroy calls that the pool gave up on
+// (logged as past DestroyTimeout) and that still run: those items count as
+// destroyed (doc.go, "Lifecycle of an item": Destroyed), their rooms are
+// free, and a fresh item may take their place. It never exceeds the items
+// in existence as the pool counts them; it may fall short, by a Destroy
+// that outlasted DestroyTimeout without hanging and has returned since.
+// The reads are ordered so: unhung first (a hung call drops live before it
+// counts in unhung), then live, then the timeouts (the pool logs a timeout
+// before it frees the room).
+func (f *faults) inExistence() int64 {
+	unhung := f.unhung.Load()
+	live := f.live.Load()
+	return live - f.givenUp(unhung)
+}
+
+// givenUp counts the Destroy calls that the pool gave up on and that
+// still run, given unhung as read before live (see inExistence).
+func (f *faults) givenUp(unhung int64) int64 {
+	return f.logged[onDestroy][faultHang].Load() - unhung
 }
 
 // vet checks that user code handed item it is its only user: no lease
@@ -486,4 +565,47 @@ func (f *faults) checkNoneLeft(t testing.TB) (left int) {
 		}
 	}
 	return left
+}
+
+// logger returns a Logger for the pool, whose records are counted in
+// logged, destroyLogs and otherLogs (see faults). The pool logs only at
+// Warn what has no caller to go to, and at Info the end of a lease reported
+// as held too long; only the warnings are counted.
+func (f *faults) logger() *slog.Logger { return slog.New(faultLog{f}) }
+
+// faultLog is the slog.Handler of faults.logger.
+type faultLog struct{ f *faults }
+
+func (h faultLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h faultLog) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h faultLog) WithGroup(string) slog.Handler                { return h }
+
+func (h faultLog) Handle(_ context.Context, r slog.Record) error {
+	var err error
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			err, _ = a.Value.Any().(error)
+		}
+		return err == nil
+	})
+	h.f.noteLogged(r.Message, err)
+	return nil
+}
+
+// noteLogged counts a warning the pool logged, with its message and error.
+func (f *faults) noteLogged(msg string, err error) {
+	if msg == "pool: destroy item" {
+		f.destroyLogs.Add(1)
+	}
+	var fault injectedFault
+	switch {
+	case errors.As(err, &fault):
+		f.logged[fault.hook][fault.kind].Add(1)
+	case errors.Is(err, errDestroyGoexit):
+		f.logged[onDestroy][faultGoexit].Add(1)
+	case errors.Is(err, errDestroyTimeout):
+		f.logged[onDestroy][faultHang].Add(1)
+	default:
+		f.otherLogs.Add(1)
+	}
 }

@@ -60,6 +60,25 @@ type Options[T any] struct {
 	// created or being destroyed. Default DefaultMaxSize.
 	MaxSize int
 
+	// MinIdle items are kept idle, spare, for the leases to come: when a lease
+	// leaves fewer idle (one that takes the slow way, not finding an item parked
+	// on its processor or judging it, looks), at New, and with UpkeepInterval in
+	// every round, the pool creates items in the background until MinIdle are idle
+	// or MaxSize exist, never while leases wait (they create their own). A failed
+	// creation is logged, counted in Stats.CreateErrors and retried with
+	// SeedInBackground's backoff, until Close. So a busy pool has a spare ready
+	// where MinSize, a floor on all the items, would leave the next lease to
+	// create one in the caller. Between 0 and MaxSize. Default 0: none.
+	MinIdle int
+
+	// MaxQueuedLeases caps the leases that wait for an item: a Lease that
+	// would wait behind MaxQueuedLeases others fails at once with
+	// ErrExhausted, whose message names the cap, and is counted in
+	// Stats.Refused; a service under overload so fails fast rather than
+	// piling up goroutines. SetMaxSize leaves it as it is. At least 0.
+	// Default 0: no cap.
+	MaxQueuedLeases int
+
 	// LeaseTimeout bounds the wait for an item when all MaxSize are in use;
 	// it elapses as ErrLeaseTimeout. 0: wait until the caller's ctx ends.
 	LeaseTimeout time.Duration
@@ -102,13 +121,24 @@ type Options[T any] struct {
 	// panic) destroys the item instead. nil: items are reused as they are.
 	Reset func(item T) error `json:"-"`
 
-	// Destroy disposes of an item the pool lets go of. nil: Close() when the
-	// item is an io.Closer, nothing otherwise. The item counts as destroyed
-	// however Destroy ends; a panic reaches the call that destroyed it
-	// (Lease, Release, Discard, Clear, Close), except for an item that a
-	// creation its caller gave up on delivers after Close: no caller
-	// exists, and that panic is dropped.
+	// Destroy disposes of an item the pool lets go of, on a goroutine of
+	// the pool's own: Release, Discard, Lease, Clear and SetMaxSize never
+	// wait for it, and the item counts against MaxSize until it returns
+	// (or DestroyTimeout passes). The item counts as destroyed however
+	// Destroy ends; an error or panic is logged and counted in
+	// Stats.DestroyErrors (Close returns those of the idle items it
+	// destroys). nil: Close() when the item is an io.Closer, nothing
+	// otherwise.
 	Destroy func(item T) error `json:"-"`
+
+	// DestroyTimeout bounds how long the pool waits for one Destroy: past
+	// it, the item counts as destroyed (in Stats.Destroyed and
+	// DestroyErrors, with a Warn through Logger), its room in the pool is
+	// free again, and the call is left to finish on its own. A peer that
+	// has gone silent, and makes a close block, so holds one room for at
+	// most DestroyTimeout. 0: the pool waits as long as Destroy takes, and
+	// a Destroy that never returns holds its room for good.
+	DestroyTimeout time.Duration
 
 	// MeterProvider receives the pool's OpenTelemetry instruments (see
 	// Metrics in the package documentation), under the instrumentation scope
@@ -168,6 +198,13 @@ type Options[T any] struct {
 	// counts against MaxSize and is never lent meanwhile. 0: no upkeep.
 	UpkeepInterval time.Duration
 
+	// Tracer sees each lease in the caller's goroutine: its start, its
+	// outcome with how long it waited, created and checked, and its end
+	// with how long it was held (see Tracing in the package
+	// documentation). nil: no tracing, and nothing on the lease and release
+	// fast path.
+	Tracer Tracer `json:"-"`
+
 	// Logger receives, at Warn, the errors that have no caller to return
 	// to: a Destroy or Reset that fails on Release or Discard, on expiry or
 	// in the background; a creation whose lease gave up on it; Clear's
@@ -204,11 +241,11 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	if isNil(o.Preparer) {
 		o.Preparer = nil
 	}
-	if o.MaxSize < 1 {
-		return o, fmt.Errorf("%w: MaxSize is %d, must be at least 1 (0 means %d)", ErrInvalidOptions, o.MaxSize, DefaultMaxSize)
+	if isNil(o.Tracer) {
+		o.Tracer = nil
 	}
-	if o.MinSize < 0 || o.MinSize > o.MaxSize {
-		return o, fmt.Errorf("%w: MinSize is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinSize, o.MaxSize)
+	if err := o.checkCounts(); err != nil {
+		return o, err
 	}
 	for _, f := range fields {
 		if d, ok := f.ptr.(*time.Duration); ok && *d < 0 {
@@ -261,6 +298,23 @@ func unqualify(name string) string {
 	return b.String()
 }
 
+// checkCounts checks the fields that count items and leases.
+func (o Options[T]) checkCounts() error {
+	if o.MaxSize < 1 {
+		return fmt.Errorf("%w: MaxSize is %d, must be at least 1 (0 means %d)", ErrInvalidOptions, o.MaxSize, DefaultMaxSize)
+	}
+	if o.MinSize < 0 || o.MinSize > o.MaxSize {
+		return fmt.Errorf("%w: MinSize is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinSize, o.MaxSize)
+	}
+	if o.MinIdle < 0 || o.MinIdle > o.MaxSize {
+		return fmt.Errorf("%w: MinIdle is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinIdle, o.MaxSize)
+	}
+	if o.MaxQueuedLeases < 0 {
+		return fmt.Errorf("%w: MaxQueuedLeases is %d, must not be negative (0 means no limit)", ErrInvalidOptions, o.MaxQueuedLeases)
+	}
+	return nil
+}
+
 // optionField is one field of Options that a configuration can set: its
 // name, which is also its JSON key; where it lives in one Options value;
 // and the value it takes when left zero (nil: zero stays zero).
@@ -282,9 +336,12 @@ func (o *Options[T]) fields() []optionField {
 		{name: "Name", ptr: &o.Name, def: defaultName[T]()},
 		{name: "MinSize", ptr: &o.MinSize},
 		{name: "MaxSize", ptr: &o.MaxSize, def: DefaultMaxSize},
+		{name: "MinIdle", ptr: &o.MinIdle},
+		{name: "MaxQueuedLeases", ptr: &o.MaxQueuedLeases},
 		{name: "LeaseTimeout", ptr: &o.LeaseTimeout},
 		{name: "PreparationTimeout", ptr: &o.PreparationTimeout},
 		{name: "CreateTimeout", ptr: &o.CreateTimeout},
+		{name: "DestroyTimeout", ptr: &o.DestroyTimeout},
 		{name: "IdleTimeout", ptr: &o.IdleTimeout},
 		{name: "MaxLifetime", ptr: &o.MaxLifetime},
 		{name: "CheckAfterIdle", ptr: &o.CheckAfterIdle},

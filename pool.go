@@ -72,8 +72,17 @@ type Pool[T any] struct {
 	// outlive a pool dropped without Close without keeping it alive.
 	tasks *tasks
 	// refills counts the Clears that asked for a refill since the one
-	// running began: see refill.
-	refills atomic.Int32
+	// running began, and refillAfter is when the last one's destroys end:
+	// see refill.
+	refills     atomic.Int32
+	refillAfter atomic.Pointer[<-chan struct{}]
+	// spares asks the task that keeps MinIdle items idle to look; nil
+	// without MinIdle. See create.go, "Spare items".
+	spares chan struct{}
+	// destroys runs the Destroy calls, on goroutines of their own (see
+	// destroy.go); unlike tasks it is never stopped: a lease that ends
+	// after Close still has its item destroyed.
+	destroys *tasks
 
 	reg     registry[T]           // every entry in existence, held weakly: see holders.go
 	watcher *watcher              // nil without LeakThreshold: see watcher.go
@@ -101,6 +110,9 @@ type route struct {
 	// the watcher does not take that work for a lease (holders.go). With
 	// TrackLeaseSites the watcher needs no marks: the sites say.
 	marksOwnWork bool
+	// traced: every lease goes through leaseTraced, and every release
+	// through releaseTraced, for Options.Tracer (trace.go).
+	traced bool
 }
 
 // leaseWay is what a lease does with the idle item it takes from its
@@ -130,6 +142,8 @@ const (
 	releaseAccounts
 	// releaseSlowly: Reset runs, or the clock is read: releaseSlow.
 	releaseSlowly
+	// releaseTraced: releaseSlow, and then the Tracer sees the end.
+	releaseTraced
 )
 
 // routeFor is the route of a pool with the options o, with metrics or not.
@@ -138,6 +152,7 @@ func routeFor[T any](o Options[T], withMetrics bool) route {
 		judged:  o.Preparer != nil || o.IdleTimeout > 0 || o.MaxLifetime > 0,
 		stamped: o.IdleTimeout > 0 || o.MaxLifetime > 0 || o.Preparer != nil && o.CheckAfterIdle > 0,
 		sited:   o.TrackLeaseSites,
+		traced:  o.Tracer != nil,
 	}
 	watched := o.LeakThreshold > 0
 	r.marksOwnWork = watched && !r.sited
@@ -148,6 +163,8 @@ func routeFor[T any](o Options[T], withMetrics bool) route {
 		r.lease = leaseSampled
 	}
 	switch {
+	case r.traced:
+		r.release = releaseTraced
 	case r.stamped || o.Reset != nil:
 		r.release = releaseSlowly
 	case withMetrics || watched:
@@ -211,15 +228,19 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 		clock:          testClock,
 		m:              m,
 		tasks:          new(tasks),
+		destroys:       new(tasks),
 		errClosed:      fmt.Errorf("%w: pool %q", ErrClosed, opts.Name),
 		sweepEvery:     sweepPeriod(opts.IdleTimeout, opts.MaxLifetime),
 	}
 	if opts.LeakThreshold > 0 {
 		p.watcher = newWatcher(opts.LeakThreshold)
 	}
+	if opts.MinIdle > 0 {
+		p.spares = make(chan struct{}, 1)
+	}
 	p.self = weak.Make(p)
 	p.leaks = newLeakSink(p)
-	p.g.size = opts.MaxSize
+	p.g.size, p.g.maxQueued = opts.MaxSize, opts.MaxQueuedLeases
 	p.g.slots.init()
 	p.setErrExhausted(opts.MaxSize)
 	p.sweepAt.Store(p.sweepEvery)
@@ -244,6 +265,9 @@ func (p *Pool[T]) start(ctx context.Context) error {
 	}
 	if p.opts.SeedInBackground && p.opts.MinSize > 0 {
 		p.seedInBackground()
+	}
+	if p.opts.MinIdle > 0 {
+		p.startSpares()
 	}
 	if p.m != nil {
 		// After seeding: the callback reads Stats, and seed fills the idle
@@ -271,16 +295,19 @@ func (p *Pool[T]) now() int64 {
 // created then, when its lease ends, instead of lending it again. Items
 // whose creation starts after Clear are untouched. Then it refills the
 // idle items to MinSize in the background, as far as MaxSize allows, within
-// CreateTimeout and until Close: Clear returns once the idle items are
-// destroyed, without waiting for the refill or for the leases. Errors
-// (and panics of the factory) have no caller to go to: they are counted
-// and logged. A panic of Destroy reaches the caller, once every idle item
-// is destroyed.
+// CreateTimeout and until Close, once the idle items' Destroy calls have
+// returned. Clear returns once the idle items have left the pool, without
+// waiting for their Destroy calls (which run on the pool's own goroutines,
+// each item counting against MaxSize until its Destroy returns), for the
+// refill or for the leases. Errors and panics of
+// the factory and of Destroy have no caller to go to: they are counted and
+// logged.
 func (p *Pool[T]) Clear() {
-	defer p.refill() // after a Destroy's panic or Goexit too
-	if err := p.destroyAll(p.g.clear(), reasonClear); err != nil {
-		p.warn("clear: destroy idle items", err)
+	b := newDestroyBatch(false)
+	for _, e := range p.g.clear() {
+		p.destroyLater(e, reasonClear, b)
 	}
+	p.refill(b.seal())
 }
 
 // retired reports whether e was created, or began its creation, before the
@@ -292,11 +319,15 @@ func (p *Pool[T]) retired(e *entry[T]) bool {
 // Close closes the pool: new leases fail with ErrClosed, every waiting
 // lease is woken with ErrClosed, idle items are destroyed now and leased
 // items when they come back; creations in flight are canceled through their
-// context. The pool's gauges stop reporting; its counters and histograms go
-// on recording what the leases still out do. It returns the joined errors
-// of the destroys it ran. A lease already under way may still succeed; its
-// item is destroyed on release. Close is idempotent: later calls do nothing
-// and return nil.
+// context. Close returns once the Destroy calls of the idle items, and of
+// the items whose destruction was under way, have returned (each waited
+// for at most Options.DestroyTimeout), with the joined errors of the idle
+// items' Destroy calls (a panic's among them); after it, no Destroy starts
+// but for the items of leases that end later. The pool's gauges stop
+// reporting; its counters and histograms go on recording what the leases
+// still out do. A lease already under way may still succeed; its item is
+// destroyed on release. Close is idempotent: later calls do nothing and
+// return nil.
 func (p *Pool[T]) Close() error {
 	return p.close(context.Background())
 }
@@ -317,7 +348,11 @@ func (p *Pool[T]) close(ctx context.Context) error {
 	if p.m != nil {
 		unreg = p.m.unregister()
 	}
-	return errors.Join(p.destroyAll(es, reasonClose), unreg)
+	// The Destroy calls of the idle items, and those under way, are waited
+	// for in full (each for at most DestroyTimeout), as Close promises,
+	// whatever Shutdown's ctx says: it bounds the wait for the leases.
+	derr := p.destroyAll(es, reasonClose)
+	return errors.Join(derr, p.destroys.wait(context.Background()), unreg)
 }
 
 // waitBackground waits, after Close, until no callback of the pool's own
@@ -356,9 +391,9 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 // SetMaxSize changes the pool's MaxSize to n, as a configuration reload
 // may. Growing serves the leases waiting now at once, in FIFO order, each
 // with the right to create an item. Shrinking creates nothing past the new
-// MaxSize: idle items beyond it are destroyed now (their Destroy errors are
-// logged) and leased items beyond it when they come back, until the items
-// in existence fit; new leases wait meanwhile. Stats, the gauges and
+// MaxSize: idle items beyond it are destroyed now (on the pool's own
+// goroutines, their errors logged) and leased items beyond it when they
+// come back, until the items in existence fit; new leases wait meanwhile. Stats, the gauges and
 // ErrLeaseTimeout's message follow the new value. It returns an error
 // wrapping ErrInvalidOptions when n is below 1 or below MinSize, and
 // ErrClosed on a closed pool.
@@ -375,20 +410,23 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 	if err != nil {
 		return p.errClosed
 	}
-	if err := p.destroyAll(excess, reasonResize); err != nil {
-		p.warn("SetMaxSize: destroy idle items beyond MaxSize", err)
+	for _, e := range excess {
+		p.destroyLater(e, reasonResize, nil)
 	}
 	return nil
 }
 
-// exhaustedErrs are the errors a refused TryLease returns: every item in
-// use, or other leases waiting already.
-type exhaustedErrs struct{ inUse, queue error }
+// exhaustedErrs are the errors a refused lease returns: every item in use,
+// or other leases waiting already (TryLease), or MaxQueuedLeases waiting
+// already (Lease).
+type exhaustedErrs struct{ inUse, queue, queueFull error }
 
 // setErrExhausted makes the errors a refused TryLease returns, naming size.
 func (p *Pool[T]) setErrExhausted(size int) {
 	p.exhausted.Store(&exhaustedErrs{
 		inUse: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, p.opts.Name, size),
 		queue: fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, p.opts.Name, size),
+		queueFull: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d) and MaxQueuedLeases (%d) leases are waiting already",
+			ErrExhausted, p.opts.Name, size, p.opts.MaxQueuedLeases),
 	})
 }

@@ -275,6 +275,7 @@ func TestLifecycleResetFailureDestroysItem(t *testing.T) {
 
 			v, _ := catchPanic(l.Release)
 			assert.Equal(t, tt.wantPanic, v, "a panic in Reset reaches the Release caller")
+			awaitDestroys(t, p)
 			s := p.Stats()
 			assert.True(t, item.closed.Load(), "the item is destroyed")
 			assert.Equal(t, uint64(1), s.Destroyed)
@@ -306,6 +307,7 @@ func TestClearDuringLeases(t *testing.T) {
 	require.Equal(t, 1, p.Stats().ItemsAvailable)
 
 	p.Clear()
+	awaitDestroys(t, p)
 	assert.True(t, idle.closed.Load(), "the idle item was destroyed")
 	awaitBackground(t, p)
 	s := p.Stats()
@@ -320,6 +322,7 @@ func TestClearDuringLeases(t *testing.T) {
 	for _, l := range leases {
 		c := l.Value()
 		l.Release()
+		awaitDestroys(t, p)
 		assert.True(t, c.closed.Load(), "an item leased at Clear is destroyed when its lease ends")
 	}
 	s = p.Stats()
@@ -336,7 +339,8 @@ func TestClearRefillIsCappedByFreePermits(t *testing.T) {
 		require.NoError(t, err)
 		leases = append(leases, l)
 	}
-	p.Clear() // 1 idle destroyed; only 1 permit free: refill 1, not 3
+	p.Clear() // 1 idle destroyed; only 1 permit free once its Destroy returned: refill 1, not 3
+	awaitDestroys(t, p)
 	awaitBackground(t, p)
 	s := p.Stats()
 	assert.Equal(t, 1, s.ItemsAvailable)
@@ -410,6 +414,7 @@ func TestCloseWakesEveryWaiterWithErrClosed(t *testing.T) {
 	av, bv := a.Value(), b.Value()
 	a.Release()
 	b.Discard()
+	awaitDestroys(t, p)
 	assert.True(t, av.closed.Load())
 	assert.True(t, bv.closed.Load())
 	assert.EqualValues(t, 0, tr.live.Load())
@@ -505,6 +510,7 @@ func TestCloseWhileWaitersWaitUnderLoad(t *testing.T) {
 				assert.Equal(t, 0, p.Stats().ActiveLeases)
 			}
 			wg.Wait()
+			awaitDestroys(t, p) // of the leases that ended after Close
 			assert.Zero(t, leasedAfterClose.Load(), "no lease started after Close returned succeeds")
 			assert.Zero(t, f.violations.Load())
 			f.mu.Lock()
@@ -625,6 +631,7 @@ func TestSetMaxSizeShrinkingDestroysIdleAndReturningItems(t *testing.T) {
 	require.EqualValues(t, 6, tr.live.Load())
 
 	require.NoError(t, p.SetMaxSize(2))
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.Equal(t, 2, s.MaxSize)
 	assert.Zero(t, s.ItemsAvailable, "the idle items beyond MaxSize were destroyed")
@@ -637,6 +644,7 @@ func TestSetMaxSizeShrinkingDestroysIdleAndReturningItems(t *testing.T) {
 	assert.ErrorContains(t, err, "MaxSize 2")
 
 	ls[0].Release() // one too many: destroyed
+	awaitDestroys(t, p)
 	assert.EqualValues(t, 2, tr.live.Load())
 	ls[1].Release() // fits now: idle
 	assert.EqualValues(t, 2, tr.live.Load())
@@ -645,6 +653,7 @@ func TestSetMaxSizeShrinkingDestroysIdleAndReturningItems(t *testing.T) {
 	assert.EqualValues(t, 2, tr.live.Load(), "reused, not created")
 	l.Release()
 	ls[2].Release()
+	awaitDestroys(t, p)
 	s = p.Stats()
 	assert.EqualValues(t, 4, s.Destroyed)
 	assert.Equal(t, 2, s.ItemsAllocated)
@@ -732,6 +741,7 @@ func TestClearRetiresLeasedItems(t *testing.T) {
 	idle := mustLease(t, p)
 	idle.Release()
 	p.Clear()
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.Zero(t, s.ItemsAvailable, "the idle item was destroyed now")
 	assert.EqualValues(t, 2, tr.live.Load(), "the leased ones are still in use")
@@ -739,12 +749,14 @@ func TestClearRetiresLeasedItems(t *testing.T) {
 	after := mustLease(t, p) // created after Clear
 	a.Release()
 	b.Discard()
+	awaitDestroys(t, p)
 	assert.EqualValues(t, 1, tr.live.Load(), "a and b were destroyed as their leases ended")
 	item := after.Value()
 	after.Release()
 	again := mustLease(t, p)
 	assert.Same(t, item, again.Value(), "an item created after Clear is lent again")
 	again.Release()
+	awaitDestroys(t, p)
 	assert.EqualValues(t, 3, p.Stats().Destroyed)
 }
 
@@ -763,6 +775,7 @@ func TestClearRetiresAnItemBeingCreated(t *testing.T) {
 	o := awaitLease(t, got)
 	require.NoError(t, o.err)
 	o.l.Release()
+	awaitDestroys(t, p)
 	assert.Zero(t, tr.live.Load(), "the item created across Clear was destroyed on release")
 }
 
@@ -856,11 +869,13 @@ func TestDo(t *testing.T) {
 
 	err = p.Do(context.Background(), func(*conn) error { return fmt.Errorf("send: %w: %w", ErrBroken, errPlain) })
 	assert.ErrorIs(t, err, ErrBroken)
+	awaitDestroys(t, p)
 	assert.Zero(t, tr.live.Load(), "a broken item is destroyed")
 
 	v, panicked := catchPanic(func() { _ = p.Do(context.Background(), func(*conn) error { panic("fn panicked") }) })
 	assert.True(t, panicked)
 	assert.Equal(t, "fn panicked", v, "the panic goes on")
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.Zero(t, s.ActiveLeases, "the item was discarded: %+v", s)
 	assert.Zero(t, tr.live.Load())
@@ -883,4 +898,117 @@ func TestTryLeaseSaysWhyItWasRefused(t *testing.T) {
 	o := awaitLease(t, got)
 	require.NoError(t, o.err)
 	o.l.Release()
+}
+
+// TestRecoveryFromSaturation: a burst saturates the pool (four times
+// MaxSize goroutines, a factory slow for the burst, a short LeaseTimeout:
+// leases time out, discarded items are created again slowly), then a load
+// below capacity runs (fewer goroutines than MaxSize, a fast factory).
+// Once the burst has drained the pool is whole, so the load finds an item
+// or a room every time: no lease of it waits, let alone times out
+// ("Waiting and errors"; "Stats": QueuedLeases > 0 only when ItemsAllocated
+// has reached MaxSize). The invariants hold throughout.
+func TestRecoveryFromSaturation(t *testing.T) {
+	const maxSize = 4
+	const burst, load = 4 * maxSize, maxSize - 1
+	tr := &tracker{}
+	var slow atomic.Bool
+	slow.Store(true)
+	f := FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+		c, err := tr.Create(ctx)
+		if err == nil && slow.Load() {
+			time.Sleep(5 * time.Millisecond) // a dial to a struggling backend
+		}
+		return c, err
+	})
+	p, err := New[*conn](context.Background(), f, Options[*conn]{
+		MaxSize:      maxSize,
+		LeaseTimeout: 2 * time.Millisecond,
+		Destroy:      tr.destroy,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+
+	stop := make(chan struct{})
+	var checker sync.WaitGroup
+	checker.Go(func() {
+		for {
+			checkInvariants(t, p, tr.live.Load)
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	})
+	defer func() {
+		close(stop)
+		checker.Wait()
+	}()
+
+	// The burst.
+	var timeouts atomic.Int64
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Go(func() {
+			for i := range 15 {
+				l, err := p.Lease(context.Background())
+				if errors.Is(err, ErrLeaseTimeout) {
+					timeouts.Add(1)
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				time.Sleep(time.Millisecond)
+				if i%3 == 0 {
+					l.Discard() // its room is created again, slowly
+				} else {
+					l.Release()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NotZero(t, timeouts.Load(), "the burst saturated the pool")
+	awaitDestroys(t, p)
+	s := p.Stats()
+	assert.Zero(t, s.QueuedLeases, "the burst has drained: %+v", s)
+	assert.Zero(t, s.ActiveLeases, "%+v", s)
+	assert.Zero(t, s.Destroying, "%+v", s)
+	assert.Equal(t, uint64(timeouts.Load()), s.Timeouts, "%+v", s)
+	assertAtRest(t, p)
+
+	// The load below capacity: each goroutine holds one item at most, so
+	// an item or a room is free for every lease.
+	slow.Store(false)
+	before := p.Stats()
+	var failed atomic.Int64
+	for range load {
+		wg.Go(func() {
+			for range 300 {
+				l, err := p.Lease(context.Background())
+				if !assert.NoError(t, err, "a lease below capacity") {
+					failed.Add(1)
+					return
+				}
+				runtime.Gosched()
+				l.Release()
+			}
+		})
+	}
+	wg.Wait()
+	after := p.Stats()
+	assert.Zero(t, failed.Load())
+	assert.Equal(t, before.Timeouts, after.Timeouts, "no lease below capacity timed out")
+	assert.Equal(t, before.Waits, after.Waits, "no lease below capacity waited: %+v", after)
+	assert.Equal(t, before.Leases+load*300, after.Leases, "%+v", after)
+	assert.Zero(t, after.QueuedLeases, "%+v", after)
+	assert.Zero(t, after.ActiveLeases, "%+v", after)
+	assertAtRest(t, p)
+	for i := range maxSize { // no room was lost
+		l, err := p.TryLease(context.Background())
+		require.NoError(t, err, "lease %d of MaxSize %d at once", i+1, maxSize)
+		defer l.Release()
+	}
 }

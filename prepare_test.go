@@ -146,6 +146,7 @@ func TestLifecyclePreparerIdleItemFailingIsReplaced(t *testing.T) {
 				failed := int(f.failed.Load())
 				require.Contains(t, items, failed, "an idle item was checked first")
 				assert.NotEqual(t, failed, l.Value().id, "the failing item is not leased")
+				awaitDestroys(t, p)
 				assert.Equal(t, tt.wantCreated, tr.created.Load())
 				assert.True(t, items[failed].closed.Load(), "the failing item is destroyed")
 				s := p.Stats()
@@ -184,6 +185,7 @@ func TestLifecyclePreparerFreshItemFailingReturnsError(t *testing.T) {
 			_, err := p.Lease(context.Background())
 			require.Error(t, err)
 			assert.ErrorIs(t, err, errPrep)
+			awaitDestroys(t, p)
 			assert.NotEqual(t, errPrep, err, "the error is wrapped")
 			s := p.Stats()
 			assert.Zero(t, s.ActiveLeases, "the permit is returned")
@@ -218,6 +220,7 @@ func TestLifecyclePreparerPanicReachesCaller(t *testing.T) {
 			lp.set(func(context.Context, *conn) (bool, error) { panic("lc: IsReady panic") }, nil)
 
 			v, _ := catchPanic(func() { _, _ = p.Lease(context.Background()) })
+			awaitDestroys(t, p)
 			assert.Equal(t, "lc: IsReady panic", v)
 			s := p.Stats()
 			assert.Zero(t, s.ActiveLeases, "the permit is returned")
@@ -268,6 +271,7 @@ func TestLifecyclePreparationTimeoutFreshItem(t *testing.T) {
 
 	_, err := p.Lease(context.Background())
 	require.Error(t, err)
+	awaitDestroys(t, p)
 	assert.ErrorIs(t, err, ErrPreparationTimeout)
 	s := p.Stats()
 	assert.Zero(t, s.ActiveLeases)
@@ -292,6 +296,7 @@ func TestElapsedPreparationTimeoutFailsLateSuccess(t *testing.T) {
 	p, tr := newTracked(t, Options[*conn]{PreparationTimeout: 5 * time.Millisecond, Preparer: slowReady{30 * time.Millisecond}})
 	_, err := p.Lease(context.Background())
 	require.ErrorIs(t, err, ErrPreparationTimeout, "a success reported after the timeout is still a timeout")
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 1, s.PrepareFailed)
 	assert.Zero(t, s.ActiveLeases)
@@ -327,6 +332,7 @@ func TestLifecyclePreparationCanceledByCaller(t *testing.T) {
 			require.Error(t, o.err)
 			assert.ErrorIs(t, o.err, context.Canceled)
 			assert.NotErrorIs(t, o.err, ErrPreparationTimeout)
+			awaitDestroys(t, p)
 			s := p.Stats()
 			assert.Equal(t, uint64(1), s.Canceled)
 			assert.Zero(t, s.ActiveLeases)
@@ -416,6 +422,7 @@ func TestCheckFuncDestroysIdleItemThatFailsAndLeasesAnother(t *testing.T) {
 	if dead == c1.id {
 		other = c2
 	}
+	awaitDestroys(t, p)
 	assert.Same(t, other, l.Value(), "the lease did not get the other idle item")
 	assert.True(t, byID[dead].closed.Load(), "the item that failed its check was not destroyed")
 	assert.False(t, other.closed.Load())
@@ -450,6 +457,7 @@ func TestCheckFuncFailingFreshItemReturnsErrorWrapped(t *testing.T) {
 	_, err := p.Lease(context.Background())
 	require.Error(t, err)
 	assert.ErrorIs(t, err, errPrepDead)
+	awaitDestroys(t, p)
 	assert.EqualError(t, err, `pool "mail": prepare item: prep: connection dead`)
 	assert.Zero(t, tr.live.Load(), "the fresh item that failed its check was not destroyed")
 	s := p.Stats()

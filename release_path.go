@@ -25,8 +25,11 @@ func (p *Pool[T]) release(e *entry[T]) {
 		if e.atEnd.Load() != 0 {
 			p.leaseEnded(e)
 		}
-	default:
+	case releaseSlowly:
 		p.releaseSlow(e)
+		return
+	default:
+		p.releaseTraced(e)
 		return
 	}
 	// slots.park, written out as take is in lease: a call less on the
@@ -39,6 +42,13 @@ func (p *Pool[T]) release(e *entry[T]) {
 		}
 	}
 	p.giveBackToGate(e)
+}
+
+// releaseTraced is release with a Tracer, which sees the end once the item
+// is given back (also when Reset or Destroy panics).
+func (p *Pool[T]) releaseTraced(e *entry[T]) {
+	defer p.released(p.endTrace(e), "release")
+	p.releaseSlow(e)
 }
 
 // releaseSlow is release in a pool with Reset, or one that stamps
@@ -57,8 +67,7 @@ func (p *Pool[T]) releaseSlow(e *entry[T]) {
 	}
 	now := p.now()
 	if p.claimSweep(now) {
-		p.sweepThenRelease(e, now)
-		return
+		p.destroyExpired(now)
 	}
 	p.releaseAt(e, now)
 }
@@ -80,18 +89,21 @@ func (p *Pool[T]) leaseEnded(e *entry[T]) {
 // releaseRetired destroys the item of a lease that Release ended, when the
 // item was created before the last Clear.
 func (p *Pool[T]) releaseRetired(e *entry[T]) {
+	defer p.released(p.endTrace(e), "release")
 	p.leaseEnded(e)
-	p.destroyAndFreeLogged(e, reasonClear)
+	p.destroyLater(e, reasonClear, nil)
 }
 
 // discard destroys the item of a lease that Discard ended.
 func (p *Pool[T]) discard(e *entry[T]) {
+	defer p.released(p.endTrace(e), "discard")
 	p.leaseEnded(e)
-	p.destroyAndFreeLogged(e, reasonDiscard)
+	p.destroyLater(e, reasonDiscard, nil)
 }
 
 // detach takes the item of a lease that Detach ended out of the pool.
 func (p *Pool[T]) detach(e *entry[T]) T {
+	defer p.released(p.endTrace(e), "detach")
 	p.leaseEnded(e)
 	e.cleanup.Stop() // the entry is garbage from now on, not a leak
 	p.reg.remove(e)
@@ -113,7 +125,7 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	}
 	defer func() {
 		if !ok {
-			p.destroyAndFreeLogged(e, reasonReset)
+			p.destroyLater(e, reasonReset, nil)
 		}
 	}()
 	if err := p.opts.Reset(e.value); err != nil {
@@ -126,27 +138,11 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	return true
 }
 
-// sweepThenRelease sweeps, then releases e as releaseAt does, also when a
-// Destroy of the sweep calls runtime.Goexit (t.FailNow in a test): the
-// released item is never lost on the way.
-func (p *Pool[T]) sweepThenRelease(e *entry[T], now int64) {
-	if p.route.marksOwnWork {
-		e.flipHold() // between two leases, for as long as the sweep's Destroys take
-	}
-	defer func() {
-		if p.route.marksOwnWork {
-			e.flipHold()
-		}
-		p.releaseAt(e, now)
-	}()
-	p.destroyExpired(now)
-}
-
 // releaseAt destroys e when it is past its lifetime at now, else stamps it
 // released at now and gives it back.
 func (p *Pool[T]) releaseAt(e *entry[T], now int64) {
 	if now > e.deadline {
-		p.destroyAndFreeLogged(e, reasonLifetime)
+		p.destroyLater(e, reasonLifetime, nil)
 		return
 	}
 	e.idleAt = now
@@ -159,7 +155,7 @@ func (p *Pool[T]) releaseAt(e *entry[T], now int64) {
 // destroyed instead.
 func (p *Pool[T]) giveBack(e *entry[T]) {
 	if p.retired(e) {
-		p.destroyAndFreeLogged(e, reasonClear)
+		p.destroyLater(e, reasonClear, nil)
 		return
 	}
 	if !p.g.slots.park(e) {
@@ -173,11 +169,11 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 // it destroys the item.
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
 	if p.retired(e) {
-		p.destroyAndFreeLogged(e, reasonClear)
+		p.destroyLater(e, reasonClear, nil)
 		return
 	}
 	if !p.g.giveBack(e) {
-		p.destroyAndFreeLogged(e, p.refusedWhy())
+		p.destroyLater(e, p.refusedWhy(), nil)
 	}
 }
 

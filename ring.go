@@ -202,7 +202,8 @@ func (r *slots[T]) park(e *entry[T]) bool {
 	if r.bypass.Load() {
 		return false
 	}
-	s := r.mine()
+	s := &r.s[procPin()&r.mask] // mine, without the call
+	procUnpin()
 	return s.e.CompareAndSwap(nil, e) && r.confirm(s, e)
 }
 

@@ -223,12 +223,15 @@ func TestRingParkedItemsAreIdleForStatsClearAndClose(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	awaitDestroys(t, p) // of the items the Clears took out
+	awaitBackground(t, p)
 
 	s := p.Stats()
 	assert.Zero(t, s.ActiveLeases)
 	assert.Equal(t, s.ItemsAllocated, s.ItemsAvailable)
 	assert.Equal(t, int64(s.ItemsAvailable), tr.live.Load(), "every idle item, parked or queued, is counted")
 	p.Clear()
+	awaitDestroys(t, p)
 	assert.Zero(t, tr.live.Load(), "Clear destroyed the parked items too")
 	assert.Zero(t, p.Stats().ItemsAvailable)
 

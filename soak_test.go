@@ -56,7 +56,10 @@ const (
 	skPrepareFailRate  = 0.20  // of the Prepare calls
 	skResetPanicRate   = 0.003
 	skResetFailRate    = 0.03
-	skDestroyFailRate  = 0.01 // Destroy disposes of the item but reports an error
+	skDestroyFailRate  = 0.01  // Destroy disposes of the item but reports an error
+	skDestroyPanicRate = 0.003 // on the pool's own goroutines, as every Destroy: no caller sees these
+	skDestroyExitRate  = 0.002 // runtime.Goexit
+	skDestroyHangRate  = 0.002 // blocks until the end of the half: DestroyTimeout gives the room back
 )
 
 // skRates are the soak's faults, as the harness's rates.
@@ -65,7 +68,7 @@ func skRates() (r [numHooks]faultRates) {
 	r[onIsReady] = faultRates{panic: skPreparePanicRate, fail: skReadyFailRate, notReady: skNotReadyRate}
 	r[onPrepare] = faultRates{fail: skPrepareFailRate}
 	r[onReset] = faultRates{panic: skResetPanicRate, fail: skResetFailRate}
-	r[onDestroy] = faultRates{fail: skDestroyFailRate}
+	r[onDestroy] = faultRates{fail: skDestroyFailRate, panic: skDestroyPanicRate, goexit: skDestroyExitRate, hang: skDestroyHangRate}
 	return r
 }
 
@@ -79,21 +82,26 @@ type skConfig struct {
 	idleTimeout    time.Duration
 	maxLifetime    time.Duration
 	upkeep         time.Duration // UpkeepInterval; 0: none
+	destroyTimeout time.Duration // DestroyTimeout, always set: it ends the hangs of Destroy
+	minIdle        int           // MinIdle; 0: none
+	maxQueued      int           // MaxQueuedLeases; 0: no cap
 	metrics        bool          // an SDK MeterProvider, whose counters are checked at the end
 }
 
 // skConfigure derives the i-th half's configuration from the base seed.
-// LeaseTimeout, CheckAfterIdle and the upkeep are on in one half and off in
-// the other (which one is the seed's choice), so every run sees both.
+// LeaseTimeout, CheckAfterIdle, the upkeep, MinIdle and MaxQueuedLeases
+// are on in one half and off in the other (which one is the seed's
+// choice), so every run sees both.
 func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 	r := rand.New(rand.NewPCG(base, uint64(i)))
 	cfg := skConfig{
-		mode:        mode,
-		seed:        r.Uint64(),
-		run:         run,
-		idleTimeout: time.Duration(500+r.IntN(1500)) * time.Microsecond,
-		maxLifetime: time.Duration(3000+r.IntN(7000)) * time.Microsecond,
-		metrics:     mode == "shutdown",
+		mode:           mode,
+		seed:           r.Uint64(),
+		run:            run,
+		idleTimeout:    time.Duration(500+r.IntN(1500)) * time.Microsecond,
+		maxLifetime:    time.Duration(3000+r.IntN(7000)) * time.Microsecond,
+		destroyTimeout: time.Duration(1000+r.IntN(4000)) * time.Microsecond,
+		metrics:        mode == "shutdown",
 	}
 	if (base&1 == 1) == (i == 0) {
 		cfg.leaseTimeout = time.Duration(2000+r.IntN(3000)) * time.Microsecond
@@ -104,6 +112,12 @@ func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 	if (base&4 == 4) == (i == 0) {
 		cfg.upkeep = time.Duration(1000+r.IntN(4000)) * time.Microsecond
 	}
+	if (base&8 == 8) == (i == 0) {
+		cfg.minIdle = 1 + r.IntN(skMaxSize)
+	}
+	if (base&16 == 16) == (i == 0) {
+		cfg.maxQueued = 1 + r.IntN(skWorkers/2)
+	}
 	return cfg
 }
 
@@ -113,9 +127,10 @@ func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 type skCounts struct {
 	closedInUpkeep atomic.Bool // Close was called from a callback the upkeep ran
 
-	// Lease and TryLease calls, by outcome.
-	ops, leaseOK, timeouts, canceled, exhausted, closed atomic.Int64
-	createFailed, prepareFailed, leasePanics            atomic.Int64 // injected failures and panics that reached a lease
+	// Lease and TryLease calls, by outcome; queueFull: Lease refused by
+	// MaxQueuedLeases.
+	ops, leaseOK, timeouts, canceled, exhausted, queueFull, closed atomic.Int64
+	createFailed, prepareFailed, leasePanics                       atomic.Int64 // injected failures and panics that reached a lease
 
 	// How the workers ended their leases.
 	release, discard, detach, doubleRelease atomic.Int64
@@ -125,7 +140,11 @@ type skCounts struct {
 	// The helpers' work.
 	clears, statsReads, checks, calmPhases atomic.Int64
 	maxQueued                              atomic.Int64
-	resizes, shrinks, minSizeSet           atomic.Int64 // SetMaxSize calls; to a smaller size; the smallest set
+	// The spares task's creations (MinIdle); the Destroy errors that Close
+	// and Shutdown returned rather than logged, and those of them past
+	// DestroyTimeout.
+	spareCreates, stopDestroyErrs, stopTimeouts atomic.Int64
+	resizes, shrinks, minSizeSet                atomic.Int64 // SetMaxSize calls; to a smaller size; the smallest set
 
 	// Panics seen by the callers of the pool, by the hook that raised them.
 	seen                               [numHooks]atomic.Int64
@@ -175,12 +194,17 @@ type skHandoff struct {
 // skStart makes the pool of one half. The harness injects nothing while
 // New seeds the pool, and from then on faults at the soak's rates, drawn
 // from the half's seed; it counts the upkeep's checks (their ctx carries no
-// skLeaseKey) and the panics in them apart, since those reach no caller.
-// Every item exists at most skMaxSize at once: the largest MaxSize ever
-// set.
+// skLeaseKey) and the panics in them apart, since those reach no caller,
+// and the spares task's creations; and it checks that Destroy runs on the
+// pool's own goroutines only. Every item exists at most skMaxSize at once:
+// the largest MaxSize ever set (the Destroy calls the pool gave up on after
+// DestroyTimeout left out: see faults.inExistence). A Destroy that hangs
+// blocks until verify unblocks it.
 func skStart(t *testing.T, cfg skConfig) *skRun {
 	f := newFaults(t, cfg.seed)
 	f.shown, f.max, f.rates = skMaxReports, skMaxSize, skRates()
+	f.unhang = make(chan struct{})
+	t.Cleanup(f.unhangAll) // when the half stops early; else verify has
 	s := &skRun{
 		t:          t,
 		cfg:        cfg,
@@ -192,10 +216,18 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 	f.decide = func(ctx context.Context, h faultHook) faultKind {
 		// Not from IsReady: a check that Close cuts short is not counted
 		// as a failed preparation, which verify's count would have to know.
-		if (h == onCreate || h == onDestroy) && ftOnStack(").runRound") && s.closeInUpkeep.CompareAndSwap(true, false) {
+		// Not from Destroy either: it runs on the pool's Destroy tasks, not
+		// in the upkeep's round.
+		if h == onCreate && ftOnStack(").runRound") && s.closeInUpkeep.CompareAndSwap(true, false) {
 			err := s.p.Close() // from inside the upkeep's own callback: it must return
 			s.closeReturned.Store(true)
 			s.closedInUpkeep <- err
+		}
+		switch {
+		case h == onDestroy && !ftInDestroyTask():
+			s.violate("Destroy ran on a caller's goroutine, not on one of the pool's own")
+		case h == onCreate && ftOnStack(".sparesRound[...]"):
+			s.c.spareCreates.Add(1)
 		}
 		k := f.roll(h)
 		if h == onIsReady && ctx.Value(skLeaseKey{}) == nil {
@@ -207,17 +239,21 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		return k
 	}
 	opts := Options[*faultItem]{
-		Name:           "soak-" + cfg.mode,
-		MinSize:        skMinSize,
-		MaxSize:        skMaxSize,
-		LeaseTimeout:   cfg.leaseTimeout,
-		IdleTimeout:    cfg.idleTimeout,
-		MaxLifetime:    cfg.maxLifetime,
-		Preparer:       f,
-		CheckAfterIdle: cfg.checkAfterIdle,
-		Reset:          f.reset,
-		Destroy:        f.destroy,
-		UpkeepInterval: cfg.upkeep,
+		Name:            "soak-" + cfg.mode,
+		MinSize:         skMinSize,
+		MaxSize:         skMaxSize,
+		LeaseTimeout:    cfg.leaseTimeout,
+		IdleTimeout:     cfg.idleTimeout,
+		MaxLifetime:     cfg.maxLifetime,
+		Preparer:        f,
+		CheckAfterIdle:  cfg.checkAfterIdle,
+		Reset:           f.reset,
+		Destroy:         f.destroy,
+		DestroyTimeout:  cfg.destroyTimeout,
+		UpkeepInterval:  cfg.upkeep,
+		MinIdle:         cfg.minIdle,
+		MaxQueuedLeases: cfg.maxQueued,
+		Logger:          f.logger(),
 	}
 	if cfg.metrics {
 		s.reader = sdkmetric.NewManualReader()
@@ -254,8 +290,9 @@ func skMax(m *atomic.Int64, v int64) {
 
 // panicSeen checks a panic that a call into the pool raised: it must be one
 // the harness injected, from user code that the call runs (a lease runs
-// the factory and the Preparer; Release runs Reset; Clear, the factory).
-// Any other panic is the pool's own, or reached the wrong caller.
+// the factory and the Preparer; Release runs Reset; Discard and Clear run
+// none: Destroy and Clear's refill run on the pool's own goroutines). Any
+// other panic is the pool's own, or reached the wrong caller.
 func (s *skRun) panicSeen(v any, hooks ...faultHook) {
 	p, ok := panicValue(v).(injectedFault)
 	if !ok || p.kind != faultPanic || !slices.Contains(hooks, p.hook) {
@@ -400,8 +437,9 @@ func (s *skRun) worker(i int, r *rand.Rand) {
 
 // lease makes one Lease (7 in 8) or TryLease call with a random context and
 // sorts the outcome the way Stats and pool.lease.errors do: a timeout;
-// ErrClosed; an error that is the caller's ctx's own (canceled); ErrExhausted;
-// an injected failure. ok reports a lease; closed, ErrClosed.
+// ErrClosed; an error that is the caller's ctx's own (canceled); ErrExhausted
+// (from a Lease, only with MaxQueuedLeases, and then naming it); an
+// injected failure. ok reports a lease; closed, ErrClosed.
 func (s *skRun) lease(r *rand.Rand) (l Lease[*faultItem], ok, closed bool) {
 	ctx, cancel := skLeaseCtx(r)
 	defer cancel()
@@ -436,11 +474,15 @@ func (s *skRun) lease(r *rand.Rand) (l Lease[*faultItem], ok, closed bool) {
 		return l, false, true
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		s.c.canceled.Add(1)
-	case errors.Is(err, ErrExhausted):
+	case errors.Is(err, ErrExhausted) && try:
 		s.c.exhausted.Add(1)
-		if !try {
-			s.violate("Lease (not TryLease) returned %v", err)
+	case errors.Is(err, ErrExhausted):
+		s.c.queueFull.Add(1)
+		if s.cfg.maxQueued == 0 || !strings.Contains(err.Error(), "MaxQueuedLeases") {
+			s.violate("Lease (not TryLease) returned %v, MaxQueuedLeases %d", err, s.cfg.maxQueued)
 		}
+		// Refused at once: a caller backs off before it tries again.
+		time.Sleep(time.Duration(100+r.IntN(200)) * time.Microsecond)
 	case errors.Is(err, injectedFault{onCreate, faultFail}):
 		s.c.createFailed.Add(1)
 	case errors.Is(err, injectedFault{onIsReady, faultFail}), errors.Is(err, injectedFault{onPrepare, faultFail}):
@@ -619,8 +661,9 @@ func (s *skRun) courier(r *rand.Rand) {
 	}
 }
 
-// clearer calls Clear (whose refill may panic with the factory) and reads
-// Stats at random intervals of up to 2 ms, until stop.
+// clearer calls Clear (which raises nothing: its refill and its Destroy
+// calls run on the pool's own goroutines) and reads Stats at random
+// intervals of up to 2 ms, until stop.
 func (s *skRun) clearer(r *rand.Rand) {
 	for {
 		select {
@@ -630,7 +673,7 @@ func (s *skRun) clearer(r *rand.Rand) {
 		}
 		time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
 		if v, panicked := catchPanic(s.p.Clear); panicked {
-			s.panicSeen(v, onCreate)
+			s.panicSeen(v)
 		}
 		s.c.clears.Add(1)
 		s.observe(s.p.Stats())
@@ -690,16 +733,38 @@ func (s *skRun) observe(st Stats) {
 }
 
 // check runs checkInvariants against the harness's own count of the items
-// in existence. After skMaxReports failures it stops: the test has failed, and
+// in existence, and checks that no more leases wait than MaxQueuedLeases
+// allows. After skMaxReports failures it stops: the test has failed, and
 // the log should stay readable.
 func (s *skRun) check() {
 	if s.invFailures.Load() >= skMaxReports {
 		return
 	}
 	s.c.checks.Add(1)
-	if !s.sizes.check(s.t, s.f.live.Load) {
+	ok := s.sizes.check(s.t, s.f.inExistence)
+	if st := s.p.Stats(); s.cfg.maxQueued > 0 && st.QueuedLeases > s.cfg.maxQueued {
+		s.t.Errorf("%d leases queue, past MaxQueuedLeases %d: %+v", st.QueuedLeases, s.cfg.maxQueued, st)
+		ok = false
+	}
+	if !ok {
 		s.invFailures.Add(1)
 	}
+}
+
+// goGuarded runs f on a goroutine of wg's, and reports it when f ends by
+// runtime.Goexit: a Destroy that calls it ends only the pool's own
+// goroutine, never a caller's (doc.go, "Waiting and errors").
+func (s *skRun) goGuarded(wg *sync.WaitGroup, what string, f func()) {
+	wg.Go(func() {
+		returned := false
+		defer func() {
+			if !returned {
+				s.violate("%s ended by runtime.Goexit: user code's Goexit reached a caller", what)
+			}
+		}()
+		f()
+		returned = true
+	})
 }
 
 // skAwait waits for wg. A hang is a bug that no assertion can report
@@ -720,15 +785,45 @@ func skAwait(wg *sync.WaitGroup, what string) {
 	}
 }
 
-// checkStopErr checks what Close or Shutdown returned: nil, or the injected
-// errors of the destroys it ran; never a ctx error (Shutdown's wait is
-// bounded by testWait).
+// checkStopErr checks what Close or Shutdown returned: nil, or the errors
+// of the Destroy calls of the idle items that Close destroyed, joined: each
+// a failure, a panic (as an error), a Goexit or one past DestroyTimeout
+// (Options.DestroyTimeout; Pool.Close); never a ctx error (Shutdown's wait
+// is bounded by testWait). It counts them, since Close returns them rather
+// than logging them.
 func (s *skRun) checkStopErr(what string, err error) {
-	if err == nil {
-		return
+	for _, leaf := range skLeaves(err) {
+		var fault injectedFault
+		switch {
+		case errors.Is(leaf, errDestroyTimeout):
+			s.c.stopDestroyErrs.Add(1)
+			s.c.stopTimeouts.Add(1)
+		case errors.As(leaf, &fault) && fault.hook == onDestroy && (fault.kind == faultFail || fault.kind == faultPanic),
+			errors.Is(leaf, errDestroyGoexit):
+			s.c.stopDestroyErrs.Add(1)
+		case errors.Is(leaf, context.DeadlineExceeded):
+			s.violate("%s did not finish within %v: %v", what, testWait, leaf)
+		default:
+			s.violate("%s returned %v, which is no Destroy's error", what, leaf)
+		}
 	}
-	assert.ErrorIs(s.t, err, injectedFault{onDestroy, faultFail}, "%s", what)
-	assert.NotErrorIs(s.t, err, context.DeadlineExceeded, "%s did not finish within %v", what, testWait)
+}
+
+// skLeaves returns the errors that err joins (errors.Join, also nested),
+// or err alone; none for nil.
+func skLeaves(err error) []error {
+	if err == nil {
+		return nil
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var leaves []error
+	for _, e := range j.Unwrap() {
+		leaves = append(leaves, skLeaves(e)...)
+	}
+	return leaves
 }
 
 // run loads the pool for cfg.run, ends it with Close or Shutdown while the
@@ -740,13 +835,13 @@ func (s *skRun) run() {
 	var workers, helpers, courier, resizer sync.WaitGroup
 	for i := range skWorkers {
 		r := newRand()
-		workers.Go(func() { s.worker(i, r) })
+		s.goGuarded(&workers, "a worker", func() { s.worker(i, r) })
 	}
 	courierRand, clearRand, resizeRand := newRand(), newRand(), newRand()
-	courier.Go(func() { s.courier(courierRand) })
-	resizer.Go(func() { s.resizer(resizeRand) })
-	helpers.Go(func() { s.clearer(clearRand) })
-	helpers.Go(s.checker)
+	s.goGuarded(&courier, "the courier", func() { s.courier(courierRand) })
+	s.goGuarded(&resizer, "the resizer", func() { s.resizer(resizeRand) })
+	s.goGuarded(&helpers, "the clearer", func() { s.clearer(clearRand) })
+	s.goGuarded(&helpers, "the checker", s.checker)
 
 	// Busy phases (every worker leases) alternate with calm ones (1 to 10
 	// do), so that the pool also runs without a queue: items idle, expire
@@ -823,17 +918,26 @@ func (s *skRun) run() {
 
 // verify checks the pool at rest against what the test saw: the accounting
 // identity, every item destroyed once or detached, and every Stats counter
-// that the test can count itself.
+// that the test can count itself. Shutdown has drained the pool while the
+// Destroy calls that hang still block: their rooms came back after
+// DestroyTimeout. Then verify unblocks them, and once they have returned,
+// counts the items.
 func (s *skRun) verify() {
 	t := s.t
 	st := s.p.Stats()
+	f := s.f
 	assert.Zero(t, st.ItemsAllocated, "ItemsAllocated at rest: %+v", st)
 	assert.Zero(t, st.ActiveLeases, "ActiveLeases at rest")
 	assert.Zero(t, st.ItemsAvailable, "ItemsAvailable after Close")
 	assert.Zero(t, st.QueuedLeases, "QueuedLeases at rest")
+	assert.Zero(t, st.Destroying, "Destroying at rest")
 	assert.Equal(t, st.Created, st.Destroyed+st.Detached+uint64(st.ItemsAllocated),
 		"at rest Created == Destroyed + Detached + ItemsAllocated: %+v", st)
-	f := s.f
+	assert.Equal(t, f.injected(onDestroy, faultHang), f.hanging.Load(), "the hanging Destroy calls still block, their rooms free")
+	f.unhangAll()
+	require.Eventually(t, func() bool { return f.hanging.Load() == 0 }, testWait, time.Millisecond,
+		"the unblocked Destroy calls return")
+	s.verifyDestroys(st)
 	assert.Zero(t, f.live.Load(), "items in existence by the factory's count")
 	assert.LessOrEqual(t, f.peak.Load(), int64(skMaxSize), "most items in existence at once")
 
@@ -853,6 +957,18 @@ func (s *skRun) verify() {
 	assert.EqualValues(t, s.prepareErrs(), st.PrepareFailed, "Stats.PrepareFailed against the Preparer's errors")
 	assert.GreaterOrEqual(t, st.Waits, st.Timeouts, "every timeout waited")
 	assert.Zero(t, st.Leaked, "leaked leases")
+	assert.EqualValues(t, s.c.exhausted.Load()+s.c.queueFull.Load(), st.Refused,
+		"Stats.Refused against TryLease's refusals and the Leases past MaxQueuedLeases")
+	// Every failed factory call counts, whoever made it: a lease, Clear's
+	// refill, the upkeep or the spares task; a slow one whose ctx ended
+	// failed too.
+	assert.EqualValues(t, f.injected(onCreate, faultFail)+f.injected(onCreate, faultPanic)+f.gaveUp[onCreate].Load(), st.CreateErrors,
+		"Stats.CreateErrors against the factory's failures")
+	if s.cfg.minIdle > 0 {
+		assert.Positive(t, s.c.spareCreates.Load(), "the spares task created items (MinIdle %d)", s.cfg.minIdle)
+	} else {
+		assert.Zero(t, s.c.spareCreates.Load(), "creations of a spares task without MinIdle")
+	}
 
 	// A panic in the Preparer or Reset always has a caller to reach, but in
 	// the upkeep's checks; one in the factory has none when the lease that
@@ -870,6 +986,30 @@ func (s *skRun) verify() {
 		s.verifyMetrics(st)
 	}
 	assert.Zero(t, f.violations.Load(), "violations seen under load")
+}
+
+// verifyDestroys checks what the documentation promises of a Destroy that
+// fails, panics, calls runtime.Goexit or hangs (doc.go, "Lifecycle of an
+// item": Destroyed; Options.DestroyTimeout): each is counted in
+// DestroyErrors, and logged or, for the idle items Close destroyed,
+// returned by Close, once; each hang is given up on after DestroyTimeout.
+// A Destroy that took longer than DestroyTimeout without a fault (a slow
+// moment under -race) counts too, as a timeout in place of its own fault,
+// if it had one: so DestroyErrors lies between the faults injected and
+// that plus the timeouts of calls that did not hang.
+func (s *skRun) verifyDestroys(st Stats) {
+	t, f := s.t, s.f
+	var injected int64
+	for _, k := range []faultKind{faultFail, faultPanic, faultGoexit, faultHang} {
+		injected += f.injected(onDestroy, k)
+	}
+	timeouts := f.logged[onDestroy][faultHang].Load() + s.c.stopTimeouts.Load()
+	hangs := f.injected(onDestroy, faultHang)
+	assert.EqualValues(t, f.destroyLogs.Load()+s.c.stopDestroyErrs.Load(), st.DestroyErrors,
+		"every failed Destroy is logged or returned by Close, once, and counted in DestroyErrors")
+	assert.GreaterOrEqual(t, timeouts, hangs, "every hanging Destroy was given up on after DestroyTimeout")
+	assert.GreaterOrEqual(t, st.DestroyErrors, uint64(injected), "DestroyErrors against the Destroy faults injected")
+	assert.LessOrEqual(t, st.DestroyErrors, uint64(injected+timeouts-hangs), "DestroyErrors against the Destroy faults injected and the timeouts")
 }
 
 // prepareFaults counts the failures injected into the Preparer.
@@ -925,6 +1065,8 @@ func (s *skRun) verifyMetrics(st Stats) {
 	assert.EqualValues(t, st.LifetimeExpired, reasons["lifetime"], "pool.items.destroyed{reason=lifetime}")
 	_, prepErrs := skCounter(rm, "pool.preparation.errors", "")
 	assert.EqualValues(t, st.PrepareFailed, prepErrs, "pool.preparation.errors")
+	_, destroyErrs := skCounter(rm, "pool.items.destroy_errors", "")
+	assert.EqualValues(t, st.DestroyErrors, destroyErrs, "pool.items.destroy_errors")
 	_, leaked := skCounter(rm, "pool.leases.leaked", "")
 	assert.Zero(t, leaked, "pool.leases.leaked")
 
@@ -933,7 +1075,7 @@ func (s *skRun) verifyMetrics(st Stats) {
 		"timeout":   s.c.timeouts.Load(),
 		"canceled":  s.c.canceled.Load(),
 		"closed":    s.c.closed.Load(),
-		"exhausted": s.c.exhausted.Load(),
+		"exhausted": s.c.exhausted.Load() + s.c.queueFull.Load(),
 		"create":    s.c.createFailed.Load(),
 		"prepare":   s.c.prepareFailed.Load(),
 	} {
@@ -953,29 +1095,32 @@ func (s *skRun) report(wall time.Duration) string {
 		lt = s.cfg.leaseTimeout.String()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: ran %v under load, wall %v (stop to drained %v); LeaseTimeout %s, CheckAfterIdle %v, IdleTimeout %v, MaxLifetime %v, UpkeepInterval %v, metrics %v\n",
+	fmt.Fprintf(&b, "%s: ran %v under load, wall %v (stop to drained %v); LeaseTimeout %s, CheckAfterIdle %v, IdleTimeout %v, MaxLifetime %v, UpkeepInterval %v, DestroyTimeout %v, MinIdle %d, MaxQueuedLeases %d, metrics %v\n",
 		s.cfg.mode, s.cfg.run, wall.Round(time.Millisecond), s.stopTook.Round(time.Microsecond),
-		lt, s.cfg.checkAfterIdle, s.cfg.idleTimeout, s.cfg.maxLifetime, s.cfg.upkeep, s.cfg.metrics)
+		lt, s.cfg.checkAfterIdle, s.cfg.idleTimeout, s.cfg.maxLifetime, s.cfg.upkeep, s.cfg.destroyTimeout, s.cfg.minIdle, s.cfg.maxQueued, s.cfg.metrics)
 	fmt.Fprintf(&b, "  SetMaxSize calls %d (%d shrinking, smallest %d), invariant checks while a shrink settled %d; upkeep checks %d (%d panicked); closed from an upkeep callback %v",
 		c.resizes.Load(), c.shrinks.Load(), c.minSizeSet.Load(), s.sizes.settlingChecks(), c.upkeepPrepare.Load(), c.upkeepPreparePanics.Load(), c.closedInUpkeep.Load())
 	if s.destroyedBy != nil {
 		fmt.Fprintf(&b, "; destroyed by reason %v", s.destroyedBy)
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "  operations %d: lease ok %d, timeouts %d, canceled %d, exhausted %d, closed %d, create failed %d, prepare failed %d, panicked %d\n",
-		c.ops.Load(), c.leaseOK.Load(), c.timeouts.Load(), c.canceled.Load(), c.exhausted.Load(), c.closed.Load(),
+	fmt.Fprintf(&b, "  operations %d: lease ok %d, timeouts %d, canceled %d, exhausted %d (TryLease) + %d (MaxQueuedLeases), closed %d, create failed %d, prepare failed %d, panicked %d\n",
+		c.ops.Load(), c.leaseOK.Load(), c.timeouts.Load(), c.canceled.Load(), c.exhausted.Load(), c.queueFull.Load(), c.closed.Load(),
 		c.createFailed.Load(), c.prepareFailed.Load(), c.leasePanics.Load())
 	fmt.Fprintf(&b, "  ends: release %d, discard %d, detach %d, double release %d, stale release %d (%d on the held item), handoff %d, racing copies %d; Value-after-end checks %d\n",
 		c.release.Load(), c.discard.Load(), c.detach.Load(), c.doubleRelease.Load(), c.staleRelease.Load(),
 		c.staleOnHeld.Load(), c.handoff.Load(), c.racingEnds.Load(), c.valueChecks.Load())
 	fmt.Fprintf(&b, "  clears %d, Stats reads %d, invariant checks %d, max queued %d, peak live %d, calm phases %d; waits %d, wait time %v\n",
 		c.clears.Load(), c.statsReads.Load(), c.checks.Load(), c.maxQueued.Load(), f.peak.Load(), c.calmPhases.Load(), st.Waits, st.WaitTime.Round(time.Millisecond))
-	fmt.Fprintf(&b, "  items: created %d, destroyed %d (idle expired %d, lifetime expired %d, prepare failed %d), detached %d\n",
-		f.created.Load(), st.Destroyed, st.IdleExpired, st.LifetimeExpired, st.PrepareFailed, st.Detached)
-	fmt.Fprintf(&b, "  faults: factory fail %d, factory panic %d (%d reached a caller), slow dials %d (%d abandoned at Close), prepare errors %d (%d injected, %d ctx), prepare panic %d (%d reached), reset fail %d, reset panic %d (%d reached), destroy errors %d\n",
+	fmt.Fprintf(&b, "  items: created %d (%d by the spares task), destroyed %d (idle expired %d, lifetime expired %d, prepare failed %d), detached %d\n",
+		f.created.Load(), c.spareCreates.Load(), st.Destroyed, st.IdleExpired, st.LifetimeExpired, st.PrepareFailed, st.Detached)
+	fmt.Fprintf(&b, "  faults: factory fail %d, factory panic %d (%d reached a caller), slow dials %d (%d abandoned at Close), prepare errors %d (%d injected, %d ctx), prepare panic %d (%d reached), reset fail %d, reset panic %d (%d reached)\n",
 		f.injected(onCreate, faultFail), f.injected(onCreate, faultPanic), c.seen[onCreate].Load(), f.slowed[onCreate].Load(), f.gaveUp[onCreate].Load(),
 		s.prepareErrs(), s.prepareFaults(), s.prepareErrs()-s.prepareFaults(), s.preparePanics(), c.seen[onIsReady].Load()+c.seen[onPrepare].Load(),
-		f.injected(onReset, faultFail), f.injected(onReset, faultPanic), c.seen[onReset].Load(), f.injected(onDestroy, faultFail))
+		f.injected(onReset, faultFail), f.injected(onReset, faultPanic), c.seen[onReset].Load())
+	fmt.Fprintf(&b, "  destroy faults (on the pool's goroutines): fail %d, panic %d, Goexit %d, hang %d; DestroyErrors %d: logged %d (%d past DestroyTimeout), returned by Close %d (%d past DestroyTimeout)\n",
+		f.injected(onDestroy, faultFail), f.injected(onDestroy, faultPanic), f.injected(onDestroy, faultGoexit), f.injected(onDestroy, faultHang),
+		st.DestroyErrors, f.destroyLogs.Load(), f.logged[onDestroy][faultHang].Load(), c.stopDestroyErrs.Load(), c.stopTimeouts.Load())
 	fmt.Fprintf(&b, "  violations %d, failed invariant checks %d", f.violations.Load(), s.invFailures.Load())
 	return b.String()
 }
@@ -983,11 +1128,14 @@ func (s *skRun) report(wall time.Duration) string {
 // TestSoak is a chaos soak: 64 goroutines lease and end leases every way the
 // API allows (Release, Discard, Detach, twice, through stale handles, from
 // another goroutine, by two copies at once), against a small pool whose
-// user code fails and panics at a low rate and whose items expire within
-// milliseconds, while other goroutines Clear it and check its invariants.
-// Then the pool is closed (first half) or shut down (second half) under
-// load, and everything the test counted is checked against Stats (and, in
-// the second half, the OpenTelemetry counters).
+// user code fails and panics at a low rate (and whose Destroy, on the
+// pool's own goroutines, also calls runtime.Goexit or hangs past
+// DestroyTimeout) and whose items expire within milliseconds, with MinIdle
+// and MaxQueuedLeases in one half each, while other goroutines Clear it,
+// resize it and check its invariants. Then the pool is closed (first half)
+// or shut down (second half) under load, and everything the test counted
+// is checked against Stats (and, in the second half, the OpenTelemetry
+// counters).
 func TestSoak(t *testing.T) {
 	total := *skSoak
 	if total <= 0 {

@@ -37,12 +37,17 @@ type Stats struct {
 	// QueuedLeases is the number of leases waiting now, MaxSize items being
 	// in use.
 	QueuedLeases int
+	// Destroying is the number of items whose Destroy the pool is waiting
+	// for now (at most DestroyTimeout each): they count in ActiveLeases and
+	// ItemsAllocated, against MaxSize, until it returns.
+	Destroying int
 
 	// Leases counts successful Lease and TryLease calls.
 	Leases uint64
-	// Waits counts leases that had to wait for an item, whatever the
-	// outcome; WaitTime is the total time they waited. A lease served at
-	// once adds to neither.
+	// Waits counts the waits of leases that had to wait for an item,
+	// whatever the outcome (a lease that queued again, when its item failed
+	// its check, counts each); WaitTime is the total time they waited. A
+	// lease served at once adds to neither.
 	Waits    uint64
 	WaitTime time.Duration
 	// Timeouts counts leases that failed with ErrLeaseTimeout.
@@ -50,6 +55,9 @@ type Stats struct {
 	// Canceled counts leases ended by the caller's ctx (canceled or past its
 	// deadline): before they started, while waiting, creating or preparing.
 	Canceled uint64
+	// Refused counts leases refused with ErrExhausted: by TryLease, and by
+	// Lease when MaxQueuedLeases leases were waiting already.
+	Refused uint64
 
 	// Created counts successful factory calls; Destroyed, items the pool
 	// destroyed (whatever Destroy did); Detached, items taken out with
@@ -85,8 +93,11 @@ type Stats struct {
 // that no lease writes on its way: those (Leases, Waits, WaitTime) are kept
 // per processor in the idle ring's slots.
 type counters struct {
-	timeouts, canceled, prepareFail, createFails atomic.Uint64
-	longLeases                                   atomic.Uint64
+	timeouts, canceled, refused, prepareFail, createFails atomic.Uint64
+	// creating counts the factory calls under way, for ErrLeaseTimeout's
+	// message.
+	creating   atomic.Int64
+	longLeases atomic.Uint64
 
 	// The item counts change only under mu, and Stats reads them under it,
 	// so that every snapshot keeps the relations Stats promises between
@@ -101,7 +112,7 @@ type counters struct {
 
 // Stats returns a snapshot of the pool's figures.
 func (p *Pool[T]) Stats() Stats {
-	held, idle, queued, size, sums := p.g.counts()
+	held, idle, queued, size, dying, sums := p.g.counts()
 	s := Stats{
 		Name:           p.opts.Name,
 		MinSize:        p.opts.MinSize,
@@ -115,6 +126,8 @@ func (p *Pool[T]) Stats() Stats {
 		WaitTime:       time.Duration(sums.waitTime),
 		Timeouts:       p.c.timeouts.Load(),
 		Canceled:       p.c.canceled.Load(),
+		Refused:        p.c.refused.Load(),
+		Destroying:     dying,
 		PrepareFailed:  p.c.prepareFail.Load(),
 		CreateErrors:   p.c.createFails.Load(),
 		Leaked:         p.leaks.leaked.Load(),

@@ -9,8 +9,9 @@ import (
 )
 
 // The pool's own goroutines, besides the upkeep's: Clear's refills, the
-// seeding in the background, the watcher of LeakThreshold and its OnLeak
-// calls.
+// seeding in the background, the top-up to MinIdle, the watcher of
+// LeakThreshold and its OnLeak calls (Pool.tasks); and the Destroy calls
+// (Pool.destroys).
 //
 // The invariant: once stop has returned, no task starts; and wait returns
 // only when every task has returned (or its ctx has ended), so that Close
@@ -28,6 +29,12 @@ type tasks struct {
 // start runs f on a goroutine of its own, unless stop has been called:
 // then it reports false.
 func (t *tasks) start(f func()) bool {
+	return t.startID(func(uint64) { f() })
+}
+
+// startID is start for an f that may end the wait for itself before it
+// returns: it gets its task's id, for done.
+func (t *tasks) startID(f func(id uint64)) bool {
 	t.mu.Lock()
 	if t.stopped {
 		t.mu.Unlock()
@@ -44,14 +51,19 @@ func (t *tasks) start(f func()) bool {
 		t.ids[id] = struct{}{}
 		t.mu.Unlock()
 		defer t.done(id) // after a Goexit in f too
-		f()
+		f(id)
 	}()
 	return true
 }
 
-// done counts a task that has returned.
+// done counts a task that has returned, or that nobody waits for any more
+// (a Destroy past DestroyTimeout): once per task, whichever comes first.
 func (t *tasks) done(id uint64) {
 	t.mu.Lock()
+	if _, ok := t.ids[id]; !ok {
+		t.mu.Unlock()
+		return
+	}
 	delete(t.ids, id)
 	t.n--
 	if t.n == 0 && t.idle != nil {

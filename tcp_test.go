@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +45,7 @@ type tcpServer struct {
 	ln             net.Listener // nil while stopped
 	loop           chan struct{}
 	conns          map[net.Conn]chan struct{} // each with its handler's done
+	silent         map[string]bool            // clients (by address) it no longer answers
 	accepted, peak int
 }
 
@@ -50,7 +53,7 @@ type tcpServer struct {
 // cleanup stops it.
 func tcpStartServer(t *testing.T) *tcpServer {
 	t.Helper()
-	s := &tcpServer{addr: "127.0.0.1:0", conns: map[net.Conn]chan struct{}{}}
+	s := &tcpServer{addr: "127.0.0.1:0", conns: map[net.Conn]chan struct{}{}, silent: map[string]bool{}}
 	require.NoError(t, s.start())
 	t.Cleanup(func() { s.stop() })
 	return s
@@ -99,6 +102,10 @@ func (s *tcpServer) serve(c net.Conn, done chan struct{}) {
 	}()
 	sc := bufio.NewScanner(c)
 	for sc.Scan() {
+		if s.isSilent(c) {
+			_, _ = io.Copy(io.Discard, c) // reads on and answers nothing, until hung up
+			return
+		}
 		id, ok := strings.CutPrefix(sc.Text(), "req:")
 		if !ok {
 			return // not our protocol: hang up
@@ -124,6 +131,40 @@ func (s *tcpServer) dropAll() int {
 		<-done
 	}
 	return len(dones)
+}
+
+// silence makes the server stop answering the client at addr (its local
+// address), as a peer that hangs or is cut off does: from its next line on
+// it reads what comes and answers nothing, nor hangs up.
+func (s *tcpServer) silence(addr string) {
+	s.mu.Lock()
+	s.silent[addr] = true
+	s.mu.Unlock()
+}
+
+func (s *tcpServer) isSilent(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.silent[c.RemoteAddr().String()]
+}
+
+// hangUp closes the connection of the client at addr, once its handler has
+// ended, and reports whether there was one.
+func (s *tcpServer) hangUp(addr string) bool {
+	s.mu.Lock()
+	var done chan struct{}
+	for c, d := range s.conns {
+		if c.RemoteAddr().String() == addr {
+			c.Close()
+			done = d
+		}
+	}
+	s.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	<-done
+	return true
 }
 
 // stop closes the listener, then every connection; a stopped server
@@ -170,11 +211,15 @@ func (c *tcpClient) connect(ctx context.Context) error {
 }
 
 // do sends one request and returns the reply, within tcpWait.
-func (c *tcpClient) do(req string) (string, error) {
+func (c *tcpClient) do(req string) (string, error) { return c.doWithin(req, tcpWait) }
+
+// doWithin sends one request and returns the reply, within d: the
+// request's own deadline.
+func (c *tcpClient) doWithin(req string, d time.Duration) (string, error) {
 	if c.conn == nil {
 		return "", errors.New("not connected")
 	}
-	if err := c.conn.SetDeadline(time.Now().Add(tcpWait)); err != nil {
+	if err := c.conn.SetDeadline(time.Now().Add(d)); err != nil {
 		return "", err
 	}
 	if _, err := io.WriteString(c.conn, req+"\n"); err != nil {
@@ -475,4 +520,370 @@ func tcpUnique(cs []*tcpClient) map[*tcpClient]bool {
 		m[c] = true
 	}
 	return m
+}
+
+// tcpSilentPeer accepts connections and never reads from them, as a peer
+// that hangs, or that a partition cut off after the handshake, does: a
+// write to one of its connections blocks once the socket buffers between
+// are full, and fails only once the peer hangs up.
+type tcpSilentPeer struct {
+	ln       net.Listener
+	loop     chan struct{}
+	mu       sync.Mutex
+	conns    []net.Conn
+	accepted int
+}
+
+// tcpStartSilentPeer starts a silent peer on a free loopback port. The
+// test stops it (stop) before it closes a pool of its connections.
+func tcpStartSilentPeer(t *testing.T) *tcpSilentPeer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &tcpSilentPeer{ln: ln, loop: make(chan struct{})}
+	go func() {
+		defer close(s.loop)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed by stop
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.accepted++
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+// awaitAccepted waits until the peer has accepted n connections: a dial
+// returns once the kernel has queued the connection, before Accept takes
+// it, and hangUp closes only what Accept took.
+func (s *tcpSilentPeer) awaitAccepted(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.accepted >= n
+	}, tcpWait, time.Millisecond, "the peer never accepted %d connections", n)
+}
+
+func (s *tcpSilentPeer) addr() string { return s.ln.Addr().String() }
+
+// hangUp closes every connection the peer has accepted so far (it goes on
+// accepting): the writes blocked on them fail.
+func (s *tcpSilentPeer) hangUp() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+	s.conns = nil
+}
+
+// stop closes the listener and hangs up. It is idempotent.
+func (s *tcpSilentPeer) stop() {
+	s.ln.Close()
+	<-s.loop
+	s.hangUp()
+}
+
+// tcpGoodbyes is a Destroy that says goodbye without a deadline, as a
+// careless client does: it writes a goodbye, a mebibyte at a time, until
+// the write fails. Against a silent peer it blocks once the socket buffers
+// are full, and only the peer's hanging up ends it.
+type tcpGoodbyes struct{ running atomic.Int64 }
+
+var tcpGoodbye = make([]byte, 1<<20)
+
+func (g *tcpGoodbyes) say(c net.Conn) error {
+	g.running.Add(1)
+	defer g.running.Add(-1)
+	defer c.Close()
+	for {
+		if _, err := c.Write(tcpGoodbye); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitEnd waits until no goodbye is being said: every Destroy call has
+// returned, also those the pool left to finish on their own.
+func (g *tcpGoodbyes) awaitEnd(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { return g.running.Load() == 0 }, tcpWait, time.Millisecond,
+		"a Destroy call never returned")
+}
+
+// tcpLog is a Logger's output, safe for the pool's goroutines.
+type tcpLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *tcpLog) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func (l *tcpLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// tcpSilentPool returns a pool of connections to peer whose Destroy is
+// g.say. The test's cleanup stops the peer first, so that no Destroy
+// blocks the pool's Close, then closes the pool and waits until every
+// goodbye has ended, so that no goroutine outlives the test.
+func tcpSilentPool(t *testing.T, peer *tcpSilentPeer, g *tcpGoodbyes, opts pool.Options[net.Conn]) *pool.Pool[net.Conn] {
+	t.Helper()
+	dial := pool.FactoryFunc[net.Conn](func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", peer.addr())
+	})
+	opts.Name, opts.LeaseTimeout, opts.CreateTimeout, opts.Destroy = "silent", tcpWait, tcpWait, g.say
+	p, err := pool.New(context.Background(), dial, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { g.awaitEnd(t) })
+	t.Cleanup(func() { _ = p.Close() })
+	t.Cleanup(peer.stop)
+	return p
+}
+
+// tcpLeaseAll leases n connections at once, each Lease waiting (within
+// LeaseTimeout) for a room if it must.
+func tcpLeaseAll(t *testing.T, p *pool.Pool[net.Conn], n int) []pool.Lease[net.Conn] {
+	t.Helper()
+	ls := make([]pool.Lease[net.Conn], n)
+	for i := range ls {
+		var err error
+		ls[i], err = p.Lease(context.Background())
+		require.NoError(t, err, "lease %d of %d at once", i+1, n)
+	}
+	return ls
+}
+
+// TestDestroyTimeoutSilentPeer: a Destroy that blocks on a silent peer
+// holds its item's room against MaxSize until it returns, or until
+// Options.DestroyTimeout passes (the doc comments of Options.Destroy and
+// Options.DestroyTimeout; "Lifecycle of an item": Destroyed). With the
+// timeout, the pool serves MaxSize leases at once again as soon as it has
+// passed, counts the timed-out calls as destroyed and failed, says so at
+// Warn, and Close waits no longer for them; without it, the rooms stay
+// taken until the peer hangs up.
+func TestDestroyTimeoutSilentPeer(t *testing.T) {
+	const maxSize = 4
+	t.Run("DestroyTimeout", func(t *testing.T) {
+		const destroyTimeout = 50 * time.Millisecond
+		peer := tcpStartSilentPeer(t)
+		var g tcpGoodbyes
+		log := &tcpLog{}
+		p := tcpSilentPool(t, peer, &g, pool.Options[net.Conn]{
+			MaxSize:        maxSize,
+			DestroyTimeout: destroyTimeout,
+			Logger:         slog.New(slog.NewTextHandler(log, nil)),
+		})
+
+		leased := tcpLeaseAll(t, p, maxSize)
+		discarding := time.Now() // before any Destroy call, or its timeout, starts
+		for _, l := range leased {
+			l.Discard()
+		}
+		assert.Equal(t, maxSize, p.Stats().Destroying, "each discarded item counts until its Destroy ends")
+
+		// Every room is held by a Destroy that cannot return while the peer
+		// is silent, so these leases wait for the timeouts to free them.
+		ls := tcpLeaseAll(t, p, maxSize)
+		assert.GreaterOrEqual(t, time.Since(discarding), destroyTimeout,
+			"a room came back before its Destroy's DestroyTimeout")
+		s := p.Stats()
+		assert.Equal(t, uint64(maxSize), s.Destroyed, "a timed-out Destroy counts as destroyed: %+v", s)
+		assert.Equal(t, uint64(maxSize), s.DestroyErrors, "and as failed: %+v", s)
+		assert.Zero(t, s.Destroying, "the pool waits for no timed-out Destroy: %+v", s)
+		assert.Equal(t, uint64(2*maxSize), s.Created, "fresh connections fill the rooms: %+v", s)
+		// A Destroy's timeout runs from before the call, so a room may come
+		// back before its goodbye has begun: they all begin, and none ends.
+		require.Eventually(t, func() bool { return g.running.Load() == maxSize }, tcpWait, time.Millisecond,
+			"the timed-out calls are left to finish on their own")
+		warns := 0
+		for line := range strings.Lines(log.String()) {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, "DestroyTimeout") {
+				warns++
+			}
+		}
+		assert.Equal(t, maxSize, warns, "one Warn naming DestroyTimeout per timed-out Destroy; the log:\n%s", log)
+
+		// Close waits for the Destroy calls of the idle items, each for at
+		// most DestroyTimeout, and returns their errors: the peer is still
+		// silent, so every one of them times out.
+		for _, l := range ls {
+			l.Release()
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- p.Close() }()
+		select {
+		case err := <-closed:
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "DestroyTimeout")
+		case <-time.After(tcpWait):
+			t.Fatal("Close waited for a Destroy past DestroyTimeout")
+		}
+		require.Eventually(t, func() bool { return g.running.Load() == 2*maxSize }, tcpWait, time.Millisecond,
+			"every goodbye blocks until the peer hangs up")
+	})
+
+	t.Run("none", func(t *testing.T) {
+		peer := tcpStartSilentPeer(t)
+		var g tcpGoodbyes
+		p := tcpSilentPool(t, peer, &g, pool.Options[net.Conn]{MaxSize: maxSize})
+
+		for _, l := range tcpLeaseAll(t, p, maxSize) {
+			l.Discard()
+		}
+		// No Destroy can return while the peer is silent: the rooms stay
+		// taken, for as long as that lasts.
+		s := p.Stats()
+		assert.Equal(t, maxSize, s.Destroying, "%+v", s)
+		assert.Equal(t, maxSize, s.ActiveLeases, "%+v", s)
+		_, err := p.TryLease(context.Background())
+		assert.ErrorIs(t, err, pool.ErrExhausted, "the rooms of the Destroy calls under way count against MaxSize")
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, err = p.Lease(ctx)
+		cancel()
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "no room came back while the peer was silent")
+		s = p.Stats()
+		assert.Equal(t, maxSize, s.Destroying, "%+v", s)
+		assert.Zero(t, s.Destroyed, "%+v", s)
+
+		// The peer hangs up: the goodbyes fail, and the rooms come back.
+		peer.awaitAccepted(t, maxSize)
+		peer.hangUp()
+		ls := tcpLeaseAll(t, p, maxSize)
+		g.awaitEnd(t)
+		s = p.Stats()
+		assert.Equal(t, uint64(maxSize), s.Destroyed, "%+v", s)
+		assert.Equal(t, uint64(maxSize), s.DestroyErrors, "every goodbye failed with the hang-up: %+v", s)
+		assert.Zero(t, s.Destroying, "%+v", s)
+		assert.Equal(t, maxSize, s.ActiveLeases, "%+v", s)
+		for _, l := range ls {
+			l.Release()
+		}
+	})
+}
+
+// tcpQuits is a Destroy that says goodbye as many clients do: "quit", then
+// a wait, with no deadline, for the server to hang up. Against a server
+// that no longer answers it blocks until that server hangs up.
+type tcpQuits struct{ running atomic.Int64 }
+
+func (q *tcpQuits) say(c *tcpClient) error {
+	q.running.Add(1)
+	defer q.running.Add(-1)
+	defer c.Close()
+	if c.conn == nil {
+		return nil
+	}
+	if err := c.conn.SetDeadline(time.Time{}); err != nil { // the request's deadline may have passed
+		return err
+	}
+	if _, err := io.WriteString(c.conn, "quit\n"); err != nil {
+		return err
+	}
+	if _, err := c.r.ReadString('\n'); err != io.EOF {
+		return fmt.Errorf("quit: the server did not hang up: %v", err)
+	}
+	return nil
+}
+
+// TestPeerGoesSilentMidLease: the server stops answering a connection
+// while a lease holds it. The lease's request fails on its own deadline
+// and the caller discards the lease; the connection's Destroy, a goodbye
+// that waits for the server without a deadline, blocks. It runs on the
+// pool's own goroutine and holds only its own room (the doc comment of
+// Options.Destroy; "Lifecycle of an item": Destroyed): Discard returns at
+// once, a fresh connection replaces the silent one in the other room, and
+// no lease waits, while the Destroy blocks nor after it has ended.
+func TestPeerGoesSilentMidLease(t *testing.T) {
+	const maxSize = 2
+	srv := tcpStartServer(t)
+	var quits tcpQuits
+	p, err := pool.New[*tcpClient](context.Background(), &tcpFactory{addr: srv.addr}, pool.Options[*tcpClient]{
+		Name:          "tcp",
+		MaxSize:       maxSize,
+		LeaseTimeout:  tcpWait,
+		CreateTimeout: tcpWait,
+		Destroy:       quits.say,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	t.Cleanup(func() { srv.stop() }) // first: a hung-up server ends every goodbye, so Close cannot block
+
+	l, err := p.Lease(context.Background())
+	require.NoError(t, err)
+	silent := l.Value()
+	reply, err := silent.do("req:1")
+	require.NoError(t, err)
+	require.Equal(t, "reply:1", reply)
+
+	addr := silent.conn.LocalAddr().String()
+	srv.silence(addr)
+	_, err = silent.doWithin("req:2", 50*time.Millisecond)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the request fails on its own deadline")
+	discarded := make(chan struct{})
+	go func() {
+		defer close(discarded)
+		l.Discard() // returns while the goodbye waits on the pool's goroutine
+	}()
+	select {
+	case <-discarded:
+	case <-time.After(tcpWait):
+		t.Fatal("Discard waited for the silent connection's Destroy")
+	}
+	require.Eventually(t, func() bool { return quits.running.Load() == 1 }, tcpWait, time.Millisecond, "Destroy never began")
+
+	// The goodbye cannot end while the server is silent: everything below
+	// happens while it blocks. TryLease never waits, so every one of these
+	// leases is served by a room other than the silent one's.
+	for i := range 20 {
+		l, err := p.TryLease(context.Background())
+		require.NoError(t, err, "lease %d while the silent connection's Destroy blocks", i)
+		assert.NotSame(t, silent, l.Value())
+		reply, err := l.Value().do(fmt.Sprintf("req:%d", 100+i))
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("reply:%d", 100+i), reply)
+		l.Release()
+	}
+	l1, err := p.TryLease(context.Background())
+	require.NoError(t, err)
+	_, err = p.TryLease(context.Background())
+	assert.ErrorIs(t, err, pool.ErrExhausted, "the room of the Destroy under way counts against MaxSize")
+	l1.Release()
+	s := p.Stats()
+	assert.Equal(t, 1, s.Destroying, "%+v", s)
+	assert.Equal(t, uint64(2), s.Created, "one fresh connection replaced the silent one: %+v", s)
+	assert.Equal(t, int64(1), quits.running.Load(), "the goodbye still blocks")
+
+	// The server hangs up on the silent connection: the goodbye ends, and
+	// MaxSize leases are served at once again.
+	require.True(t, srv.hangUp(addr))
+	require.Eventually(t, func() bool { return p.Stats().Destroying == 0 }, tcpWait, time.Millisecond)
+	assert.Zero(t, quits.running.Load())
+	var held []pool.Lease[*tcpClient]
+	for i := range maxSize {
+		l, err := p.TryLease(context.Background())
+		require.NoError(t, err, "lease %d of %d at once, once the goodbye has ended", i+1, maxSize)
+		reply, err := l.Value().do(fmt.Sprintf("req:%d", 200+i))
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("reply:%d", 200+i), reply)
+		held = append(held, l)
+	}
+	for _, l := range held {
+		l.Release()
+	}
+	s = p.Stats()
+	assert.Zero(t, s.Waits, "no lease waited, behind the silent Destroy or otherwise: %+v", s)
+	assert.Equal(t, uint64(1), s.Destroyed, "%+v", s)
 }

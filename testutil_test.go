@@ -159,9 +159,11 @@ func mustLease(t *testing.T, p *Pool[*conn]) Lease[*conn] {
 }
 
 // assertAtRest asserts the accounting identity that holds when nothing is in
-// flight: Created == Destroyed + Detached + ItemsAllocated.
+// flight: Created == Destroyed + Detached + ItemsAllocated. It waits for
+// the Destroy calls under way first, which run on the pool's goroutines.
 func assertAtRest(t *testing.T, p *Pool[*conn]) {
 	t.Helper()
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.Equal(t, s.Created, s.Destroyed+s.Detached+uint64(s.ItemsAllocated),
 		"at rest Created == Destroyed + Detached + ItemsAllocated; stats %+v", s)
@@ -506,6 +508,16 @@ func catchGoexit(f func()) (goexited bool) {
 	}()
 	<-done
 	return goexited
+}
+
+// awaitDestroys waits until no Destroy call of p's runs: the pool destroys
+// items on goroutines of its own (doc.go, "Lifecycle of an item":
+// Destroyed), so a test that counts what was destroyed waits for them.
+func awaitDestroys[T any](t testing.TB, p *Pool[T]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	require.NoError(t, p.destroys.wait(ctx), "the Destroy calls to end")
 }
 
 // awaitBackground waits until the pool's background creations (Clear's

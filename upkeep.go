@@ -168,7 +168,10 @@ func (p *Pool[T]) upkeepRound() (ok bool) {
 	if p.opts.Preparer != nil && p.opts.CheckAfterIdle > 0 {
 		p.checkIdle(now)
 	}
-	return p.fill(allItems, "upkeep")
+	if p.spares != nil {
+		p.wantSpares()
+	}
+	return p.fill(allItems, p.opts.MinSize, "upkeep")
 }
 
 // checkIdle runs the Preparer on each idle item that sat idle at least
@@ -191,14 +194,14 @@ func (p *Pool[T]) checkIdle(now int64) {
 		}
 		e.checkedAt = p.now()
 		e.flipHold()
-		p.quietly(func() { p.giveBackToGate(e) }) // a Destroy panic, if the pool closed or shrank meanwhile
+		p.giveBackToGate(e)
 	}
 }
 
 // checkOne prepares e for the upkeep, destroying it (and freeing its
 // permit) when it fails, panics or calls runtime.Goexit; a panic is
 // returned as an error, since the upkeep has no caller to raise it to, and
-// so is a panic of the Destroy that follows (logged by quietly).
+// and the item goes to its Destroy.
 func (p *Pool[T]) checkOne(e *entry[T]) (err error) {
 	returned := false
 	defer func() {
@@ -212,7 +215,7 @@ func (p *Pool[T]) checkOne(e *entry[T]) (err error) {
 		if p.done.Err() != nil {
 			why = reasonClose // Close cut the check short: not the item's fault
 		}
-		p.quietly(func() { p.destroyAndFreeLogged(e, why) })
+		p.destroyLater(e, why, nil)
 	}()
 	err = p.prepare(p.done, e)
 	returned = true

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,7 @@ func TestUpkeepDestroysExpiredIdleItemsWithoutALease(t *testing.T) {
 	putIdle(t, p, 5)
 	clk.advance(minutes(2))
 	require.True(t, p.upkeepRound())
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 5, s.IdleExpired)
 	assert.Zero(t, s.ItemsAllocated)
@@ -32,6 +34,7 @@ func TestUpkeepKeepsMinSizeThroughIdleExpiry(t *testing.T) {
 	putIdle(t, p, 5)
 	clk.advance(minutes(2))
 	require.True(t, p.upkeepRound())
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 3, s.IdleExpired, "idle expiry stops at MinSize")
 	assert.Equal(t, 2, s.ItemsAllocated)
@@ -43,6 +46,7 @@ func TestUpkeepReplacesItemsPastTheirLifetime(t *testing.T) {
 	old := putIdle(t, p, 2)
 	clk.advance(minutes(2))
 	require.True(t, p.upkeepRound())
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 2, s.LifetimeExpired, "MaxLifetime applies below MinSize too")
 	assert.Equal(t, 2, s.ItemsAvailable, "and the upkeep replaced them")
@@ -73,6 +77,7 @@ func TestUpkeepChecksIdleItemsBeforeALeaseMeetsThem(t *testing.T) {
 	require.True(t, p.upkeepRound())
 	checks, _ = prep.seen()
 	assert.ElementsMatch(t, []int{cs[0].id, cs[1].id, cs[2].id}, checks[len(checksBefore):], "each idle item checked once")
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 1, s.PrepareFailed)
 	assert.True(t, dead.closed.Load(), "the dead item was destroyed before any lease met it")
@@ -130,6 +135,7 @@ func TestUpkeepLogsADestroyPanic(t *testing.T) {
 	prep.set(func(context.Context, *conn) (bool, error) { return false, errBoom }, nil)
 	clk.advance(minutes(2))
 	require.NotPanics(t, func() { assert.True(t, p.upkeepRound()) })
+	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 2, s.PrepareFailed, "the round went on to the second item")
 	assert.EqualValues(t, 2, s.DestroyErrors)
@@ -373,6 +379,7 @@ func TestPoolCallsFromAnUpkeepCallbackReturn(t *testing.T) {
 				assert.NoError(t, recvOrFail(t, returned, name+" called from the upkeep's callback to return"))
 				assert.NoError(t, p.Close())
 				recvOrFail(t, p.upkeep.done, "the upkeep to stop")
+				awaitDestroys(t, p) // of the item the factory that called Close made
 				assert.Zero(t, tr.live.Load(), "every item destroyed")
 			})
 		}
@@ -399,4 +406,29 @@ func TestUpkeepGoesOnAfterGoexitInACallback(t *testing.T) {
 	mustLease(t, p).Discard()
 	require.Eventually(t, func() bool { return trigger.fired.Load() && p.Stats().ItemsAllocated == 2 },
 		testWait, time.Millisecond, "the upkeep went on and refilled MinSize")
+}
+
+// TestUpkeepStartsBesideMinIdleWithoutARace: New starts the upkeep and the
+// task that keeps MinIdle items idle, and every round of the upkeep asks
+// that task to look ("Upkeep"; the doc comment of Options.MinIdle). The
+// upkeep's first round must not race with New setting that task up. Only
+// the race detector sees the fault, so this fails under -race only.
+func TestUpkeepStartsBesideMinIdleWithoutARace(t *testing.T) {
+	rounds := make(chan struct{}, 1)
+	upkeepTestHooks.scheduled = func(time.Duration) {
+		select {
+		case rounds <- struct{}{}:
+		default:
+		}
+	}
+	t.Cleanup(func() { upkeepTestHooks.scheduled = nil })
+	for round := range 20 {
+		p, _ := newTracked(t, Options[*conn]{MaxSize: 2, MinIdle: 1, UpkeepInterval: time.Millisecond})
+		recvOrFail(t, rounds, fmt.Sprintf("round %d: the upkeep's first round", round))
+		require.NoError(t, p.Close())
+		select { // a round that ended as Close began
+		case <-rounds:
+		default:
+		}
+	}
 }

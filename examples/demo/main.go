@@ -216,7 +216,7 @@ func stale(ctx context.Context, t *tour) error {
 
 // waitedFor matches the time waited at the end of a lease timeout's message;
 // it varies from run to run, so the tour prints it as <wait>.
-var waitedFor = regexp.MustCompile(`for [0-9.]+[µnm]?s$`)
+var waitedFor = regexp.MustCompile(`for [0-9.]+[µnm]?s;`)
 
 // boundedWait: LeaseTimeout bounds the wait for a free item.
 func boundedWait(ctx context.Context, t *tour) error {
@@ -247,7 +247,7 @@ func boundedWait(ctx context.Context, t *tour) error {
 		a.Release()
 		return errors.New("a third lease succeeded past MaxSize")
 	}
-	t.printf("borrower C waits, then gives up:\n  %s\n", waitedFor.ReplaceAllString(err.Error(), "for <wait>"))
+	t.printf("borrower C waits, then gives up:\n  %s\n", waitedFor.ReplaceAllString(err.Error(), "for <wait>;"))
 	t.printf("  errors.Is(err, pool.ErrLeaseTimeout): %t\n", errors.Is(err, pool.ErrLeaseTimeout))
 
 	a.Release()
@@ -336,7 +336,10 @@ func closing(ctx context.Context, t *tour) error {
 		return errors.New("a lease succeeded after Close")
 	}
 	t.printf("Lease after Close: %v\n  errors.Is(err, pool.ErrClosed): %t\n", err, errors.Is(err, pool.ErrClosed))
-	ls[2].Release()
+	ls[2].Release() // closed on the pool's own goroutine: Release does not wait for it
+	for p.Stats().Destroying > 0 {
+		time.Sleep(time.Millisecond)
+	}
 	t.printf("the leased one is closed when it comes back: closed %d of %d\n", d.closed.Load(), d.opened.Load())
 	return nil
 }

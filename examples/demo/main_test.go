@@ -47,7 +47,7 @@ opened: 1
 --- a bounded wait: pool of 2, both leased, LeaseTimeout 50ms ---
 borrowers A and B hold connections #1 and #2
 borrower C waits, then gives up:
-  pool: lease timeout: pool "Conn.Pool": every item stayed in use (MaxSize 2) for <wait>
+  pool: lease timeout: pool "Conn.Pool": every item stayed in use (MaxSize 2) for <wait>; 0 leases waiting, 0 items being created, 0 being destroyed
   errors.Is(err, pool.ErrLeaseTimeout): true
 A releases #1
 borrower C tries again and gets #1 at once
@@ -105,7 +105,7 @@ func TestRunKeyFacts(t *testing.T) {
 			"opened: 1\n",
 		}},
 		{3, "a bounded wait times out, then succeeds after a release", []string{
-			`pool: lease timeout: pool "Conn.Pool": every item stayed in use (MaxSize 2) for <wait>`,
+			`pool: lease timeout: pool "Conn.Pool": every item stayed in use (MaxSize 2) for <wait>; 0 leases waiting, 0 items being created, 0 being destroyed`,
 			"errors.Is(err, pool.ErrLeaseTimeout): true",
 			"borrower C tries again and gets #1 at once",
 		}},

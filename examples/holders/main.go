@@ -95,7 +95,7 @@ func run(w io.Writer) error {
 	answered := make(chan struct{})
 	close(answered)
 	err = handle(ctx, p, answered) // a third request, for which nothing is left
-	fmt.Fprintf(w, "request 3: %s\n", regexp.MustCompile(`for [0-9.]+m?s$`).ReplaceAllString(err.Error(), "for <wait>"))
+	fmt.Fprintf(w, "request 3: %s\n", regexp.MustCompile(`for [0-9.]+m?s;`).ReplaceAllString(err.Error(), "for <wait>;"))
 	fmt.Fprintf(w, "  errors.Is(err, pool.ErrLeaseTimeout): %t\n", errors.Is(err, pool.ErrLeaseTimeout))
 
 	s := p.Stats()

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 // the durations measured are printed as <wait> and <age>, each checked
 // against the setting it must exceed.
 const golden = `--- 2 requests hang, each holding a connection (MaxSize 2) ---
-request 3: pool: lease timeout: pool "db": every item stayed in use (MaxSize 2) for <wait>
+request 3: pool: lease timeout: pool "db": every item stayed in use (MaxSize 2) for <wait>; 0 leases waiting, 0 items being created, 0 being destroyed
   errors.Is(err, pool.ErrLeaseTimeout): true
 
 1. Stats: 2 of 2 items in use, 0 lease(s) waiting, 1 timed out, 0 leaked, 0 held too long so far
