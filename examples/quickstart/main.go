@@ -55,6 +55,9 @@ func main() {
 		}) // Do leased a connection, and gave it back (or closed it, when broken)
 		fmt.Printf("%s -> %q, error: %v\n", msg, reply, err)
 	}
+	for p.Stats().Destroying > 0 { // the broken one is closed on the pool's own goroutine
+		time.Sleep(time.Millisecond)
+	}
 	s := p.Stats()
 	fmt.Printf("%d leases, %d connections dialed, %d closed\n", s.Leases, s.Created, s.Destroyed)
 }

@@ -290,6 +290,9 @@ func (t *tour) down(ctx context.Context) error {
 	} else {
 		t.printf("  errors.As(err, &opErr): false\n")
 	}
+	for t.p.Stats().Destroying > 0 { // the idle ones are closed on the pool's own goroutines
+		time.Sleep(time.Millisecond)
+	}
 	s := t.p.Stats()
 	t.printf("  every lease failed at once, none waited for a session: %t\n", fast && s.Waits == before.Waits)
 	t.printf("pool: %d sessions; the %d idle ones failed their NOOP and their reconnect, and were destroyed\n",

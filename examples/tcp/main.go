@@ -237,6 +237,9 @@ func (t *tour) down(ctx context.Context) error {
 	} else {
 		t.printf("  errors.As(err, &opErr): false\n")
 	}
+	for t.p.Stats().Destroying > 0 { // the idle ones are closed on the pool's own goroutines
+		time.Sleep(time.Millisecond)
+	}
 	s := t.p.Stats()
 	t.printf("pool: %d item(s); %d idle client(s) failed their redial and were destroyed; leases that waited: %d\n",
 		s.ItemsAllocated, s.PrepareFailed, s.Waits)
