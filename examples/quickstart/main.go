@@ -42,7 +42,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer p.Close()
 
 	for _, msg := range []string{"hello", "world", "quit", "again"} {
 		var reply string
@@ -55,8 +54,8 @@ func main() {
 		}) // Do leased a connection, and gave it back (or closed it, when broken)
 		fmt.Printf("%s -> %q, error: %v\n", msg, reply, err)
 	}
-	for p.Stats().Destroying > 0 { // the broken one is closed on the pool's own goroutine
-		time.Sleep(time.Millisecond)
+	if err := p.Close(); err != nil { // closes the idle connections, and waits for every close under way
+		log.Fatal(err)
 	}
 	s := p.Stats()
 	fmt.Printf("%d leases, %d connections dialed, %d closed\n", s.Leases, s.Created, s.Destroyed)

@@ -23,7 +23,7 @@ const golden = `hello -> "HELLO", error: <nil>
 world -> "WORLD", error: <nil>
 quit -> "", error: pool: item broken: EOF
 again -> "AGAIN", error: <nil>
-4 leases, 2 connections dialed, 1 closed
+4 leases, 2 connections dialed, 2 closed
 `
 
 func TestMainPrintsTheGoldenOutput(t *testing.T) {
