@@ -44,6 +44,7 @@ func TestLifecycleValueAndDetachPanicOnEndedLease(t *testing.T) {
 					l = mustLease(t, p)
 					st.end(l)
 				}
+				awaitDestroys(t, p) // a discarded item's Destroy runs on the pool's goroutine
 				before := p.Stats()
 
 				v, _ := catchPanic(func() { m.call(l) })
