@@ -297,7 +297,9 @@ func TestTracerReleasedRunsOnceTheItemIsGivenBack(t *testing.T) {
 			assert.Equal(t, 1, s.ItemsAvailable, "the item is idle")
 		}},
 		{"discard", func(l Lease[*conn]) { l.Discard() }, func(t *testing.T, s Stats) {
-			assert.Equal(t, 1, s.Destroying+int(s.Destroyed), "the item is handed to its Destroy: %+v", s)
+			// Stats reads Destroying before Destroyed: a Destroy that ends
+			// between the two reads shows in both.
+			assert.True(t, s.Destroying == 1 || s.Destroyed == 1, "the item is handed to its Destroy: %+v", s)
 		}},
 		{"detach", func(l Lease[*conn]) { _ = l.Detach() }, func(t *testing.T, s Stats) {
 			assert.Equal(t, uint64(1), s.Detached, "the item is out of the pool")
