@@ -187,7 +187,15 @@
 // released item goes straight to the oldest waiting lease (direct hand-off),
 // and a discarded or destroyed item's place goes to it as the right to
 // create a fresh one, so a woken lease never wakes to nothing and no
-// newcomer overtakes the queue. The wait ends with:
+// newcomer overtakes the queue. A Release that hands its item to a waiting
+// lease then yields its processor ([runtime.Gosched]) once, so that the
+// woken lease runs at once rather than when the releasing goroutine next
+// blocks or is preempted: with GOMAXPROCS 1, or every processor busy, a
+// releaser that goes on computing would otherwise keep the woken lease,
+// and its item, waiting for up to a time slice. Under saturation part of
+// the queueing so moves into the Release that handed off, which returns
+// once the processor comes back to it; Stats.Waits and WaitTime count the
+// waits of leases, and so read less. The wait ends with:
 //
 //   - an item;
 //   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit); the

@@ -435,7 +435,7 @@ func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry
 	}
 	if w.e == nil {
 		g.free()
-	} else if !g.giveBack(w.e) {
+	} else if ok, _ := g.giveBack(w.e); !ok {
 		return w.e, err, expired
 	}
 	return nil, err, expired
@@ -452,31 +452,33 @@ func (g *gate[T]) enqueueLocked(w *waiter[T]) {
 }
 
 // giveBack gives back an idle-ready item e and the permit the caller holds
-// for it: to the oldest waiter, if any, with the permit; else e joins the
-// idle queue and the permit comes free. It reports false, doing nothing,
-// when the gate is closed, or holds more items than its size after a
-// shrink: the caller must destroy e and then free its permit.
-func (g *gate[T]) giveBack(e *entry[T]) bool {
+// for it: to the oldest waiter, if any, with the permit (handed); else e
+// joins the idle queue and the permit comes free. It reports accepted
+// false, doing nothing, when the gate is closed, or holds more items than
+// its size after a shrink: the caller must destroy e and then free its
+// permit.
+func (g *gate[T]) giveBack(e *entry[T]) (accepted, handed bool) {
 	g.lock()
 	if g.closed || g.shrinking {
 		g.unlock()
-		return false
+		return false, false
 	}
-	g.giveBackLocked(e)
+	handed = g.giveBackLocked(e)
 	g.unlock()
-	return true
+	return true, handed
 }
 
 // giveBackLocked is giveBack without the refusal: for an open gate, and
 // for the gate's own moves of a parked entry, which holds a permit, to a
-// waiter or into the idle queue (a steal, an unpark, a resize). Caller
-// holds g.mu.
-func (g *gate[T]) giveBackLocked(e *entry[T]) {
+// waiter or into the idle queue (a steal, an unpark, a resize). It reports
+// whether a waiter got e. Caller holds g.mu.
+func (g *gate[T]) giveBackLocked(e *entry[T]) (handed bool) {
 	if g.grantOldest(e, nil) {
-		return
+		return true
 	}
 	g.idle.push(e)
 	g.dropPermitLocked()
+	return false
 }
 
 // free frees a permit the caller holds with no item (the item was

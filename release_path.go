@@ -1,6 +1,9 @@
 package pool
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+)
 
 // The way back: what Release, Discard and Detach do with the item once the
 // lease has ended (lease.go).
@@ -164,7 +167,8 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 }
 
 // giveBackToGate is giveBack without the slot: the item goes to the oldest
-// waiter or the idle queue, where the sweep and the upkeep see it. On a
+// waiter or the idle queue, where the sweep and the upkeep see it; after a
+// hand-off to a waiter it yields the processor to it. On a
 // closed pool, or one that holds more items than MaxSize after a shrink,
 // it destroys the item.
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
@@ -172,8 +176,14 @@ func (p *Pool[T]) giveBackToGate(e *entry[T]) {
 		p.destroyLater(e, reasonClear, nil)
 		return
 	}
-	if !p.g.giveBack(e) {
+	accepted, handed := p.g.giveBack(e)
+	switch {
+	case !accepted:
 		p.destroyLater(e, p.refusedWhy(), nil)
+	case handed:
+		// The woken lease runs now, rather than when this goroutine next
+		// blocks or is preempted (doc.go, "Waiting and errors").
+		runtime.Gosched()
 	}
 }
 
