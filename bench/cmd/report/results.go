@@ -331,35 +331,16 @@ func writeResults(w io.Writer, d, base *data, m meta, chart, benchstat string) e
 	p("Medians per pool. ns = ns/op; allocs = allocs/op; B = B/op; theirs/ours = the pool's ns/op over msl's (above 1: msl is faster); ours/theirs is its inverse.\n\n")
 	for _, wl := range throughput {
 		p("### %s\n\n", wl)
-		p("| pool |")
-		for _, procs := range d.procs {
-			p(" -cpu %d: ns | allocs | B | theirs/ours | ours/theirs |", procs)
-		}
-		p("\n| --- |")
-		for range d.procs {
-			p(" ---: | ---: | ---: | ---: | ---: |")
-		}
-		p("\n")
-		for _, pool := range d.pools {
-			p("| %s |", pool)
-			for _, procs := range d.procs {
-				c, ok := d.cell(wl, pool, procs)
-				if !ok {
-					p(" – | – | – | – | – |")
-					continue
-				}
-				p(" %s | %s | %s |", fmtNs(c.ns), fmtCount(c.allocs), fmtCount(c.bytes))
-				if pool == ours {
-					p(" base | base |")
-				} else if r, ok := d.compare(wl, pool, procs); ok {
-					p(" %.2f | %.2f |", r.theirsOverOurs, r.oursOverTheirs)
-				} else {
-					p(" – | – |")
-				}
+		writeTable(p, d, wl, []string{"ns", "allocs", "B", "theirs/ours", "ours/theirs"}, func(pool string, procs int, c cell) []string {
+			cols := []string{fmtNs(c.ns), fmtCount(c.allocs), fmtCount(c.bytes)}
+			if pool == ours {
+				return append(cols, "base", "base")
 			}
-			p("\n")
-		}
-		p("\n")
+			if r, ok := d.compare(wl, pool, procs); ok {
+				return append(cols, fmt.Sprintf("%.2f", r.theirsOverOurs), fmt.Sprintf("%.2f", r.oursOverTheirs))
+			}
+			return append(cols, "–", "–")
+		})
 	}
 	for _, wl := range latency {
 		writeLatency(p, d, wl)
@@ -507,28 +488,9 @@ func writeBaseline(p func(string, ...any), d, base *data, file string, throughpu
 func writeCycle(p func(string, ...any), d *data, wl string) {
 	p("### %s: wait for an item, and the whole cycle\n\n", wl)
 	p("Medians over the runs. ns = ns/op, wall time per lease (per cycle); p50, p99.9 = each run's percentiles of the wait, from calling lease to holding an item; cycle p99.9 = each run's p99.9 of the whole cycle, from calling lease to the end of the work after the release, what a caller's request sees (about 22 µs when nothing waits); allocs = allocs/op. A pool that hands a released item to a waiter that cannot run yet keeps its waits long (a convoy); one that yields its processor to the waiter moves the delay into the releaser's cycle. While no goroutine waits in the pool, the goroutines share the processors by the scheduler's time slice, which puts tens of ms into the cycle's tail whatever the pool: compare the cycle between pools within a run.\n\n")
-	p("| pool |")
-	for _, procs := range d.procs {
-		p(" -cpu %d: ns | p50 | p99.9 | cycle p99.9 | allocs |", procs)
-	}
-	p("\n| --- |")
-	for range d.procs {
-		p(" ---: | ---: | ---: | ---: | ---: |")
-	}
-	p("\n")
-	for _, pool := range d.pools {
-		p("| %s |", pool)
-		for _, procs := range d.procs {
-			c, ok := d.cell(wl, pool, procs)
-			if !ok {
-				p(" – | – | – | – | – |")
-				continue
-			}
-			p(" %s | %s | %s | %s | %s |", fmtNs(c.ns), fmtDur(c.lat[latP50]), fmtDur(c.lat[latP999]), fmtDur(c.lat[latCycleP999]), fmtCount(c.allocs))
-		}
-		p("\n")
-	}
-	p("\n")
+	writeTable(p, d, wl, []string{"ns", "p50", "p99.9", "cycle p99.9", "allocs"}, func(_ string, _ int, c cell) []string {
+		return []string{fmtNs(c.ns), fmtDur(c.lat[latP50]), fmtDur(c.lat[latP999]), fmtDur(c.lat[latCycleP999]), fmtCount(c.allocs)}
+	})
 }
 
 // writeLatency writes the table of a latency workload: per pool and -cpu,
@@ -538,25 +500,33 @@ func writeCycle(p func(string, ...any), d *data, wl string) {
 func writeLatency(p func(string, ...any), d *data, wl string) {
 	p("### %s: wait for an item\n\n", wl)
 	p("Medians over the runs of each run's percentiles of the wait, from calling lease (Lease, Acquire, BorrowObject, Get) to holding an item; max = the longest wait, which shows starvation that the percentiles cannot (each goroutine makes the same number of leases, so a goroutine starved for most of the run adds one long wait, not many); leases/s = leases completed per second of wall time; work = the median measured work per lease while holding the item (the spin calibrated to 20 µs); allocs = allocs/op. syncpool has no bound, so it never waits: its figures are the cost of `Get`, the floor, not a competitor.\n\n")
+	writeTable(p, d, wl, []string{"p50", "p99", "p99.9", "max", "leases/s", "work", "allocs"}, func(_ string, _ int, c cell) []string {
+		return []string{fmtDur(c.lat[latP50]), fmtDur(c.lat[latP99]), fmtDur(c.lat[latP999]),
+			fmtDur(c.lat[latMax]), fmtRate(c.lat[latRate]), fmtDur(c.lat[latWork]), fmtCount(c.allocs)}
+	})
+}
+
+// writeTable writes one workload's table: a row per pool, and per -cpu the
+// columns cols, which row fills from the pool's cell (a dash for each
+// column of a cell with no runs).
+func writeTable(p func(string, ...any), d *data, wl string, cols []string, row func(pool string, procs int, c cell) []string) {
 	p("| pool |")
 	for _, procs := range d.procs {
-		p(" -cpu %d: p50 | p99 | p99.9 | max | leases/s | work | allocs |", procs)
+		p(" -cpu %d: %s |", procs, strings.Join(cols, " | "))
 	}
 	p("\n| --- |")
 	for range d.procs {
-		p(" ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		p("%s", strings.Repeat(" ---: |", len(cols)))
 	}
 	p("\n")
 	for _, pool := range d.pools {
 		p("| %s |", pool)
 		for _, procs := range d.procs {
-			c, ok := d.cell(wl, pool, procs)
-			if !ok {
-				p(" – | – | – | – | – | – | – |")
-				continue
+			vals := slices.Repeat([]string{"–"}, len(cols))
+			if c, ok := d.cell(wl, pool, procs); ok {
+				vals = row(pool, procs, c)
 			}
-			p(" %s | %s | %s | %s | %s | %s | %s |", fmtDur(c.lat[latP50]), fmtDur(c.lat[latP99]), fmtDur(c.lat[latP999]),
-				fmtDur(c.lat[latMax]), fmtRate(c.lat[latRate]), fmtDur(c.lat[latWork]), fmtCount(c.allocs))
+			p(" %s |", strings.Join(vals, " | "))
 		}
 		p("\n")
 	}
