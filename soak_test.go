@@ -24,7 +24,7 @@ import (
 
 // TestSoak's flags. CI runs it for longer than the default:
 //
-//	go test -race -run '^TestSoak$' -soak=30s -v .
+//	go test -race -run '^TestSoak$' -soak=20s -v .
 //
 // and a failure is replayed (as far as scheduling allows) with the seed
 // that the run logged: -soakseed=N.
