@@ -194,10 +194,10 @@
 // releaser that goes on computing would otherwise keep the woken lease,
 // and its item, waiting for up to a time slice. Under saturation part of
 // the queueing so moves into the Release that handed off, which returns
-// once the processor comes back to it (behind every other runnable
-// goroutine: with many that compute without blocking, that can be some of
-// the scheduler's time slices, tens of milliseconds); Stats.Waits and
-// WaitTime count the waits of leases, and so read less. The wait ends with:
+// once the processor comes back to it: while many goroutines compute
+// without blocking, that can take some of the scheduler's time slices,
+// tens of milliseconds. Stats.Waits and WaitTime count the waits of
+// leases, and so read less. The wait ends with:
 //
 //   - an item;
 //   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit); the
