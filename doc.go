@@ -421,14 +421,19 @@
 //     [ReleaseTrace]: how long it was held (from the return of the call that
 //     took it, after its LeaseEnd) and how it ended ("release", "discard" or
 //     "detach"; Do's end is one of the first two). It runs in the goroutine of
-//     that Release, Discard or Detach, once the item has been given back. A
+//     that Release, Discard or Detach, once the item has been given back;
+//     for a Detach, once the lease has ended, with the item still in the
+//     pool's hands: the item leaves the pool when Released returns. A
 //     failed lease gets none, and neither does a creation that finishes after
 //     its caller gave up: nobody leased its item.
 //
 // A Tracer's methods run in the caller's time: keep them quick. A panic in
 // one goes on to the caller as a panic of the caller's own code would, once
 // the pool has accounted for the lease: no item and no room is lost (a
-// lease whose LeaseEnd panics is given back, untraced). A lease whose
+// lease whose LeaseEnd panics is given back, untraced). When Released
+// panics (or calls runtime.Goexit) in a Detach, Detach cannot return the
+// item, so the pool destroys it as a discarded item: it counts in
+// Stats.Destroyed (reason discard), not in Detached. A lease whose
 // factory or Preparer panics still gets its LeaseEnd, with an error saying
 // so, before the panic goes on.
 //

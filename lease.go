@@ -172,7 +172,8 @@ func (l Lease[T]) Discard() {
 // Detach ends the lease and takes the item out of the pool for good: the
 // pool no longer counts it against MaxSize and will never touch or destroy
 // it; disposing of it is now the caller's job. It panics on an ended or
-// zero lease, since it has no item to return.
+// zero lease, since it has no item to return. When a Tracer's Released
+// panics in it, Detach returns nothing and the pool destroys the item.
 func (l Lease[T]) Detach() T {
 	if !l.end() {
 		panicEnded("Detach")

@@ -105,17 +105,36 @@ func (p *Pool[T]) discard(e *entry[T]) {
 }
 
 // detach takes the item of a lease that Detach ended out of the pool.
+// Released runs before the item leaves: when it panics or calls
+// runtime.Goexit, Detach never returns the item, so the pool, which still
+// holds it and its permit, destroys it instead.
 func (p *Pool[T]) detach(e *entry[T]) T {
-	defer p.released(p.endTrace(e), "detach")
 	p.leaseEnded(e)
 	e.cleanup.Stop() // the entry is garbage from now on, not a leak
 	p.reg.remove(e)
+	if t := p.endTrace(e); t.ctx != nil {
+		p.releasedOrDestroy(e, t)
+	}
 	v := e.value
 	p.c.mu.Lock()
 	p.c.detached++
 	p.c.mu.Unlock()
 	p.g.free()
 	return v
+}
+
+// releasedOrDestroy reports the end of a traced Detach; when Released
+// panics or calls runtime.Goexit, it destroys e, whose permit the caller
+// holds, as a discarded item, and the panic goes on.
+func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
+	returned := false
+	defer func() {
+		if !returned {
+			p.destroyLater(e, reasonDiscard, nil)
+		}
+	}()
+	p.released(t, "detach")
+	returned = true
 }
 
 // reset runs Options.Reset; when it fails (the error is logged: Release

@@ -15,7 +15,9 @@ import (
 // lease that LeaseEnd reported as granted exactly one Released, with the
 // ctx that LeaseStart returned; the pool has accounted for the lease (its
 // item leased, or given back) before each call, so a Tracer that panics
-// loses no item and no room.
+// loses no item and no room. A Detach's Released runs while the pool still
+// holds the item, so that when Released does not return, the item Detach
+// cannot hand over is destroyed (Pool.releasedOrDestroy).
 
 // Tracer sees each lease in the goroutine of the call that made it, so that
 // a request's trace can say where its time went inside the pool: how long
@@ -27,7 +29,8 @@ import (
 // them quick. A panic in one goes on to the caller, as a panic of the
 // caller's own code would, once the pool has accounted for the lease: no
 // item and no room in the pool is lost (a lease whose LeaseEnd panicked is
-// given back, and sees no Released).
+// given back, and sees no Released; the item of a Detach whose Released
+// panicked, which its caller never receives, is destroyed).
 type Tracer interface {
 	// LeaseStart runs as a Lease, TryLease or Do begins, with the pool's
 	// Name. The ctx it returns (ctx itself, or one derived from it, such
@@ -43,6 +46,11 @@ type Tracer interface {
 	// Released runs as a lease that LeaseEnd reported as granted ends:
 	// Release, Discard or Detach (also Do's end), in that call's goroutine,
 	// once the item has been given back. A lease that failed gets none.
+	// For a Detach it runs once the lease has ended, the item still in
+	// the pool's hands (in Stats.ActiveLeases, not yet in Detached): the
+	// item leaves the pool when Released returns, and when Released panics
+	// or calls runtime.Goexit, Detach returns nothing and the pool destroys
+	// the item as a discarded one (Stats.Destroyed, reason discard).
 	Released(ctx context.Context, t ReleaseTrace)
 }
 

@@ -286,7 +286,9 @@ func TestTracerCallsComeInOrder(t *testing.T) {
 }
 
 // "Tracing": Released runs once the item has been given back, in the
-// goroutine of the call that ended the lease.
+// goroutine of the call that ended the lease; for a Detach, once the lease
+// has ended, while the pool still holds the item, which leaves the pool
+// when Released returns.
 func TestTracerReleasedRunsOnceTheItemIsGivenBack(t *testing.T) {
 	tests := []struct {
 		how  string
@@ -294,22 +296,26 @@ func TestTracerReleasedRunsOnceTheItemIsGivenBack(t *testing.T) {
 		want func(t *testing.T, s Stats)
 	}{
 		{"release", func(l Lease[*conn]) { l.Release() }, func(t *testing.T, s Stats) {
+			assert.Zero(t, s.ActiveLeases, "no lease is out as Released runs")
 			assert.Equal(t, 1, s.ItemsAvailable, "the item is idle")
 		}},
 		{"discard", func(l Lease[*conn]) { l.Discard() }, func(t *testing.T, s Stats) {
+			assert.Zero(t, s.ActiveLeases-s.Destroying, "no lease is out as Released runs")
 			// Stats reads Destroying before Destroyed: a Destroy that ends
 			// between the two reads shows in both.
 			assert.True(t, s.Destroying == 1 || s.Destroyed == 1, "the item is handed to its Destroy: %+v", s)
 		}},
 		{"detach", func(l Lease[*conn]) { _ = l.Detach() }, func(t *testing.T, s Stats) {
-			assert.Equal(t, uint64(1), s.Detached, "the item is out of the pool")
+			assert.Equal(t, 1, s.ActiveLeases, "the pool holds the item as Released runs")
+			assert.Zero(t, s.Detached, "the item leaves the pool once Released returns")
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.how, func(t *testing.T) {
 			p, _, rec := trPool(t, trClock(t), Options[*conn]{MaxSize: 1}, 0)
 			var at Stats
-			rec.setHooks(nil, nil, func(context.Context, ReleaseTrace) { at = p.Stats() })
+			var out []LeaseInfo
+			rec.setHooks(nil, nil, func(context.Context, ReleaseTrace) { at, out = p.Stats(), p.Outstanding() })
 			l := mustLease(t, p)
 			done := make(chan struct{})
 			go func() { // the lease ends in another goroutine than it began
@@ -318,8 +324,11 @@ func TestTracerReleasedRunsOnceTheItemIsGivenBack(t *testing.T) {
 				assert.Len(t, rec.of("Released", 1), 1, "Released has run when the call that ended the lease returns")
 			}()
 			recvOrFail(t, done, "the lease to end")
-			assert.Zero(t, at.ActiveLeases-at.Destroying, "no lease is out as Released runs")
+			assert.Empty(t, out, "the lease has ended as Released runs")
 			tt.want(t, at)
+			if tt.how == "detach" {
+				assert.Equal(t, uint64(1), p.Stats().Detached, "the item is out of the pool once Detach returns")
+			}
 		})
 	}
 }
@@ -1164,4 +1173,132 @@ func TestTracerUnderLoadPairsEveryCall(t *testing.T) {
 		len(led.leases), led.granted, timeouts.Load(), exhausted.Load(), ctxEnded.Load(), n)
 	assertAtRest(t, p)
 	checkInvariants(t, p, tr.live.Load)
+}
+
+// "Tracing" and Tracer: a Released that panics, or calls runtime.Goexit,
+// loses no item, however the lease ended: Release has given the item back,
+// Discard has handed it to its Destroy, and the item of a Detach, which its
+// caller never receives, is destroyed (reason discard) rather than
+// detached.
+func TestTracerReleasedThatEscapesLosesNoItem(t *testing.T) {
+	escapes := []struct {
+		name   string
+		escape func()
+	}{
+		{"panic", func() { panic(trPanic) }},
+		{"Goexit", runtime.Goexit},
+	}
+	ends := []struct {
+		how       string
+		end       func(l Lease[*conn])
+		idle      int    // items idle afterwards
+		destroyed uint64 // Stats.Destroyed afterwards
+	}{
+		{"release", func(l Lease[*conn]) { l.Release() }, 1, 0},
+		{"discard", func(l Lease[*conn]) { l.Discard() }, 0, 1},
+		{"detach", func(l Lease[*conn]) { _ = l.Detach() }, 0, 1},
+	}
+	for _, end := range ends {
+		for _, e := range escapes {
+			t.Run(end.how+"/"+e.name, func(t *testing.T) {
+				p, tr, rec := trPool(t, trClock(t), Options[*conn]{MaxSize: 1}, 0)
+				var once atomic.Bool
+				rec.setHooks(nil, nil, func(context.Context, ReleaseTrace) {
+					if once.CompareAndSwap(false, true) {
+						e.escape()
+					}
+				})
+				l := mustLease(t, p)
+				run := func() { end.end(l) }
+				if e.name == "panic" {
+					v, panicked := catchPanic(run)
+					require.True(t, panicked, "the Tracer's panic reaches the caller")
+					assert.Equal(t, trPanic, panicValue(v))
+				} else {
+					require.True(t, catchGoexit(run), "the Tracer's Goexit ends the caller's goroutine")
+				}
+				require.Len(t, rec.of("Released", 1), 1)
+				assert.Equal(t, end.how, rec.of("Released", 1)[0].rel.How)
+
+				awaitDestroys(t, p)
+				s := p.Stats()
+				assert.Zero(t, s.ActiveLeases, "no lease is out")
+				assert.Equal(t, end.idle, s.ItemsAvailable)
+				assert.Equal(t, end.destroyed, s.Destroyed)
+				assert.Zero(t, s.Detached, "no caller received the item")
+				assert.Equal(t, int64(end.idle), tr.live.Load(), "every item is idle or destroyed: none is lost")
+				checkInvariants(t, p, tr.live.Load)
+				l, err := p.TryLease(bg)
+				require.NoError(t, err, "no room is lost")
+				l.Release()
+				assertAtRest(t, p)
+			})
+		}
+	}
+}
+
+// "Tracing" under load: goroutines lease and Detach while Released panics
+// on every other Detach. Each item ends with the caller that received it,
+// or destroyed by the pool; Stats counts the first as Detached and the
+// second as Destroyed, and keeps its relations while the load runs.
+func TestTracerReleasedPanicsOnDetachUnderLoad(t *testing.T) {
+	const goroutines, maxSize, rounds = 16, 4, 50
+	rec := &trRecorder{}
+	rec.setHooks(nil, nil, func(ctx context.Context, _ ReleaseTrace) {
+		if trID(ctx)%2 == 0 {
+			panic(trPanic)
+		}
+	})
+	p, tr := newTracked(t, Options[*conn]{MaxSize: maxSize, Tracer: rec})
+
+	stop, checks := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				checks <- n
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			// Detached items exist outside the pool until their callers
+			// dispose of them: the pool's own figures are what is checked.
+			checkInvariants(t, p, nil)
+			n++
+		}
+	}()
+	var received, lost atomic.Uint64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range rounds {
+				l, err := p.Lease(bg)
+				if !assert.NoError(t, err) {
+					return
+				}
+				var c *conn
+				v, panicked := catchPanic(func() { c = l.Detach() })
+				if panicked {
+					assert.Equal(t, trPanic, panicValue(v))
+					lost.Add(1)
+					continue
+				}
+				received.Add(1)
+				assert.NoError(t, tr.destroy(c), "the caller disposes of the item it detached")
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	n := <-checks
+
+	assert.Positive(t, n, "checks while the load ran")
+	awaitDestroys(t, p)
+	s := p.Stats()
+	assert.Equal(t, uint64(goroutines*rounds), received.Load()+lost.Load())
+	assert.Positive(t, lost.Load(), "Released panicked on Detaches")
+	assert.Equal(t, received.Load(), s.Detached, "Detached counts the items callers received")
+	assert.Equal(t, lost.Load(), s.Destroyed, "the pool destroyed the items no caller received")
+	assert.Zero(t, tr.live.Load(), "every item was disposed of: none is lost")
+	assertAtRest(t, p)
 }
