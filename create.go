@@ -93,7 +93,8 @@ func (p *Pool[T]) seed(ctx context.Context) error {
 	if first == nil && panicVal == nil {
 		return nil
 	}
-	err := errors.Join(first, p.destroyAll(p.g.drainIdle(), reasonClose))
+	derr, _ := p.destroyAll(context.Background(), p.g.drainIdle(), reasonClose)
+	err := errors.Join(first, derr)
 	if panicVal != nil {
 		panic(panicVal)
 	}

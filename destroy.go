@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -61,7 +62,7 @@ func (p *Pool[T]) destroyLater(e *entry[T], why reason, b *destroyBatch) {
 // Close and New after a failed seeding, which keep the errors to return
 // them, and Clear's refill, which waits for the room.
 type destroyBatch struct {
-	keep    bool         // keep the errors, rather than log them
+	keep    bool         // keep the errors, for the caller to return them too
 	pending atomic.Int32 // Destroy calls not ended yet
 	mu      sync.Mutex
 	errs    []error
@@ -107,14 +108,17 @@ func (b *destroyBatch) join() error {
 // destroyAll destroys items whose permits the caller holds, as
 // destroyLater does, all at once, waits until each of their Destroy calls
 // has returned or timed out, and returns their joined errors (a panic's
-// among them, with its stack).
-func (p *Pool[T]) destroyAll(es []*entry[T], why reason) error {
+// among them, with its stack). When ctx ends first, it returns ctx.Err()
+// as werr, and the Destroy calls go on (their errors logged).
+func (p *Pool[T]) destroyAll(ctx context.Context, es []*entry[T], why reason) (err, werr error) {
 	b := newDestroyBatch(true)
 	for _, e := range es {
 		p.destroyLater(e, why, b)
 	}
-	<-b.seal()
-	return b.join()
+	if werr = awaitOr(ctx, b.seal()); werr != nil {
+		return nil, werr
+	}
+	return b.join(), nil
 }
 
 // A Destroy call's states: running until Destroy returns (finished) or
@@ -163,11 +167,11 @@ var (
 )
 
 // endDestroy ends a destruction, once: it counts it (failed when err is
-// not nil), logs err or keeps it in b, frees the permit, and ends the wait
-// for the batch and for the task id.
+// not nil), logs err (and keeps it in b, for a caller that returns it),
+// frees the permit, and ends the wait for the batch and for the task id.
 func (p *Pool[T]) endDestroy(why reason, err error, b *destroyBatch, id uint64) {
 	p.countDestroyed(why, err != nil)
-	if err != nil && (b == nil || !b.keep) {
+	if err != nil {
 		p.warn("destroy item", err)
 	}
 	p.g.destroyed()

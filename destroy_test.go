@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -375,4 +376,126 @@ func TestLeaseMeetingAnExpiredItemTakesAnotherRoom(t *testing.T) {
 	s := p.Stats()
 	assert.EqualValues(t, 2, s.IdleExpired)
 	assert.EqualValues(t, 1, s.Waits)
+}
+
+// TestShutdownCtxBoundsTheWaitForDestroy: Shutdown returns ctx.Err() when
+// its ctx ends while a Destroy blocks, whether the idle items' Destroy or
+// one under way from a Discard, and the Destroy goes on (Pool.Shutdown).
+func TestShutdownCtxBoundsTheWaitForDestroy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setUp func(t *testing.T, p *Pool[*conn])
+	}{
+		{"idle item", func(t *testing.T, p *Pool[*conn]) { mustLease(t, p).Release() }},
+		{"Discard under way", func(t *testing.T, p *Pool[*conn]) { mustLease(t, p).Discard() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newBlockingDestroy()
+			p, _ := newTracked(t, Options[*conn]{MaxSize: 2, Destroy: d.destroy})
+			tc.setUp(t, p)
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- p.Shutdown(ctx) }()
+			err := recvOrFail(t, done, "Shutdown, once its ctx ended, while Destroy blocks")
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.EqualValues(t, 1, d.calls.Load())
+			assert.Equal(t, 1, p.Stats().Destroying, "the Destroy goes on")
+			close(d.release)
+			awaitDestroys(t, p)
+			assert.EqualValues(t, 1, p.Stats().Destroyed)
+		})
+	}
+}
+
+// TestCloseFromADestroyWaitsForTheOtherDestroys: Close called from inside a
+// Destroy cannot wait for that Destroy, but waits for every other one under
+// way (Pool.Close).
+func TestCloseFromADestroyWaitsForTheOtherDestroys(t *testing.T) {
+	d := newBlockingDestroy()
+	var closer, other *conn
+	closeReturned := make(chan struct{})
+	var p *Pool[*conn]
+	p, _ = newTracked(t, Options[*conn]{MaxSize: 2, Destroy: func(c *conn) error {
+		if c == closer {
+			assert.NoError(t, p.Close())
+			close(closeReturned)
+			return c.Close()
+		}
+		return d.destroy(c)
+	}})
+	lc, lo := mustLease(t, p), mustLease(t, p)
+	closer, other = lc.Value(), lo.Value()
+	lo.Discard() // its Destroy blocks
+	require.Eventually(t, func() bool { return d.calls.Load() == 1 }, testWait, time.Millisecond)
+	lc.Discard() // its Destroy calls Close
+	select {
+	case <-closeReturned:
+		t.Fatal("Close, called from a Destroy, returned while another Destroy ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(d.release)
+	recvOrFail(t, closeReturned, "Close, once the other Destroy returned")
+	assert.True(t, other.closed.Load())
+	awaitDestroys(t, p)
+}
+
+// TestCloseLogsTheIdleItemsDestroyErrors: a Destroy that fails, panics or
+// outlasts DestroyTimeout is logged, also for the idle items whose errors
+// Close returns (doc.go, "Waiting and errors").
+func TestCloseLogsTheIdleItemsDestroyErrors(t *testing.T) {
+	var logs logBuffer
+	errDestroy := errors.New("lc: destroy failed")
+	hang := make(chan struct{})
+	defer close(hang)
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 3, Logger: logs.logger(), DestroyTimeout: 50 * time.Millisecond,
+		Destroy: func(c *conn) error {
+			switch c.id {
+			case 1:
+				return errDestroy
+			case 2:
+				panic("lc: destroy panicked")
+			default:
+				<-hang
+				return nil
+			}
+		}})
+	putIdle(t, p, 3)
+	err := p.Close()
+	assert.ErrorIs(t, err, errDestroy)
+	assert.ErrorContains(t, err, "lc: destroy panicked")
+	assert.ErrorContains(t, err, "DestroyTimeout")
+	out := logs.String()
+	assert.Equal(t, 3, strings.Count(out, "level=WARN"), "one Warn for each: %s", out)
+	assert.Contains(t, out, "lc: destroy failed")
+	assert.Contains(t, out, "lc: destroy panicked")
+	assert.Contains(t, out, "DestroyTimeout")
+}
+
+// TestClearAndCloseStartNoDestroyAfterClose: with Clear, SetMaxSize and
+// Close at once, no Destroy starts after Close has returned but for leases
+// that end later (Pool.Close).
+func TestClearAndCloseStartNoDestroyAfterClose(t *testing.T) {
+	const items = 200
+	for round := range 100 {
+		var closed, late atomic.Bool
+		p, _ := newTracked(t, Options[*conn]{MaxSize: items, Destroy: func(c *conn) error {
+			if closed.Load() {
+				late.Store(true)
+			}
+			return c.Close()
+		}})
+		putIdle(t, p, items)
+		var wg sync.WaitGroup
+		wg.Go(p.Clear)
+		wg.Go(func() { _ = p.SetMaxSize(items / 2) })
+		wg.Go(func() {
+			assert.NoError(t, p.Close())
+			closed.Store(true)
+		})
+		wg.Wait()
+		awaitDestroys(t, p)
+		require.False(t, late.Load(), "round %d: a Destroy started after Close returned", round)
+		assert.EqualValues(t, items, p.Stats().Destroyed, "round %d", round)
+	}
 }

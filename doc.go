@@ -251,7 +251,9 @@
 // Destroy, which runs on the pool's own goroutines, wherever it came from; a
 // creation whose lease gave up; Clear's refill; the spares; the upkeep) are
 // logged through Options.Logger at Warn, with the attributes pool.name and
-// err; a failed Destroy is also counted in Stats.DestroyErrors. A panic in
+// err; a failed Destroy (one that returns an error, panics or outlasts
+// DestroyTimeout) is also counted in Stats.DestroyErrors, and logged even
+// when Close returns its error too. A panic in
 // the factory, the Preparer or Reset leaves the pool consistent and reaches
 // the caller whose call ran it, except where the pool ran that code on its
 // own account (the upkeep, a creation whose caller gave up, the spares):

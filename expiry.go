@@ -125,4 +125,7 @@ func (p *Pool[T]) destroyExpired(now int64) {
 	for i, e := range es {
 		p.destroyLater(e, whys[i], nil)
 	}
+	if len(es) > 0 {
+		p.g.takenOut.Done()
+	}
 }

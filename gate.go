@@ -64,6 +64,11 @@ type gate[T any] struct {
 	// woken lists the waiters granted under the lock, linked by wakeNext,
 	// for unlock to wake once the lock is released.
 	woken *waiter[T]
+	// takenOut counts the batches of idle entries that clear, resize and
+	// takeExpired took out to destroy, until their taker has handed them
+	// to their Destroy: added to under mu, before close, which leaves no
+	// idle entry to take, so Close's Wait sees every batch.
+	takenOut sync.WaitGroup
 }
 
 // waiter is one lease queued for a permit. Waiters are recycled through
@@ -592,6 +597,9 @@ func (g *gate[T]) takeExpired(expired func(*entry[T]) (reason, bool), floor int)
 		return true
 	})
 	g.held += len(es)
+	if len(es) > 0 {
+		g.takenOut.Add(1)
+	}
 	return es, whys
 }
 
@@ -665,7 +673,11 @@ func (g *gate[T]) clear() []*entry[T] {
 	g.lock()
 	defer g.unlock()
 	g.slots.era.Add(1)
-	return g.drainIdleLocked()
+	es := g.drainIdleLocked()
+	if len(es) > 0 {
+		g.takenOut.Add(1)
+	}
+	return es
 }
 
 // close marks the gate closed, wakes every waiter with ErrClosed and
@@ -812,6 +824,9 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 		g.held++
 		e.flipHold()
 		excess = append(excess, e)
+	}
+	if len(excess) > 0 {
+		g.takenOut.Add(1)
 	}
 	return excess, nil
 }

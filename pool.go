@@ -304,8 +304,12 @@ func (p *Pool[T]) now() int64 {
 // logged.
 func (p *Pool[T]) Clear() {
 	b := newDestroyBatch(false)
-	for _, e := range p.g.clear() {
+	es := p.g.clear()
+	for _, e := range es {
 		p.destroyLater(e, reasonClear, b)
+	}
+	if len(es) > 0 {
+		p.g.takenOut.Done()
 	}
 	p.refill(b.seal())
 }
@@ -322,37 +326,51 @@ func (p *Pool[T]) retired(e *entry[T]) bool {
 // context. Close returns once the Destroy calls of the idle items, and of
 // the items whose destruction was under way, have returned (each waited
 // for at most Options.DestroyTimeout), with the joined errors of the idle
-// items' Destroy calls (a panic's among them); after it, no Destroy starts
-// but for the items of leases that end later. The pool's gauges stop
+// items' Destroy calls (a panic's among them; each is also logged, as
+// every failed Destroy is); after it, no Destroy starts but for the items
+// of leases that end later. Called from inside a Destroy (or another
+// callback the pool runs on its own goroutines), Close cannot wait for
+// that call, and waits for every other. The pool's gauges stop
 // reporting; its counters and histograms go on recording what the leases
 // still out do. A lease already under way may still succeed; its item is
 // destroyed on release. Close is idempotent: later calls do nothing and
 // return nil.
 func (p *Pool[T]) Close() error {
-	return p.close(context.Background())
+	err, _ := p.close(context.Background()) // waits in full
+	return err
 }
 
-// close is Close, with ctx bounding its wait for the background work.
-func (p *Pool[T]) close(ctx context.Context) error {
+// close is Close, with ctx bounding its waits: it returns Close's errors,
+// and werr, ctx.Err(), when ctx ended before the background work and the
+// Destroy calls did (they go on).
+func (p *Pool[T]) close(ctx context.Context) (err, werr error) {
 	es, first := p.g.close()
 	if !first {
-		return nil
+		return nil, nil
 	}
 	p.cancel()
 	if p.upkeep != nil {
 		p.upkeep.stop()
 	}
 	p.tasks.stop()
-	_ = p.waitBackground(ctx) // Shutdown reports it
+	werr = p.waitBackground(ctx)
 	var unreg error
 	if p.m != nil {
 		unreg = p.m.unregister()
 	}
-	// The Destroy calls of the idle items, and those under way, are waited
-	// for in full (each for at most DestroyTimeout), as Close promises,
-	// whatever Shutdown's ctx says: it bounds the wait for the leases.
-	derr := p.destroyAll(es, reasonClose)
-	return errors.Join(derr, p.destroys.wait(context.Background()), unreg)
+	// Items that a Clear, a shrink or a sweep took out of the idle ring
+	// before the gate closed are on their way to destroyLater, with no
+	// user code in between: once they are there, the wait below sees
+	// their Destroy calls.
+	p.g.takenOut.Wait()
+	derr, werr2 := p.destroyAll(ctx, es, reasonClose)
+	if werr == nil {
+		werr = werr2
+	}
+	if werr == nil {
+		werr = p.destroys.wait(ctx)
+	}
+	return errors.Join(derr, unreg), werr
 }
 
 // waitBackground waits, after Close, until no callback of the pool's own
@@ -366,19 +384,26 @@ func (p *Pool[T]) waitBackground(ctx context.Context) error {
 	return p.tasks.wait(ctx)
 }
 
-// Shutdown closes the pool, then waits until every lease has ended, every
-// creation has finished and the pool's background work has stopped, or
-// until ctx ends, when it returns ctx.Err(). A leaked lease never ends, so
-// only ctx ends such a Shutdown; so does a Shutdown called from a callback
-// of the upkeep (a Preparer, factory or Destroy it runs), which waits for
-// the item that callback holds. On a pool that has drained, Shutdown
-// returns nil (plus Close's errors) even when ctx has already ended. Errors
-// from Close are joined to the result. Shutdown panics when ctx is nil.
+// Shutdown closes the pool as Close does, then waits until every lease has
+// ended, every creation has finished, every Destroy has returned (or
+// outlasted DestroyTimeout) and the pool's background work has stopped, or
+// until ctx ends, when it returns ctx.Err(): the Destroy calls and the
+// background work still under way then go on, and the errors of Destroy
+// calls that end later are logged, not returned. A leaked lease never
+// ends, so only ctx ends such a Shutdown; so does a Shutdown called from a
+// callback of the upkeep (a Preparer, factory or Destroy it runs), which
+// waits for the item that callback holds. On a pool with no item left (no
+// lease out, none idle, no Destroy under way), Shutdown returns nil (plus
+// Close's errors) even when ctx has already ended. Errors from Close are
+// joined to the result. Shutdown panics when ctx is nil.
 func (p *Pool[T]) Shutdown(ctx context.Context) error {
 	if ctx == nil {
 		panic(errNilContext)
 	}
-	err := p.close(ctx)
+	err, werr := p.close(ctx)
+	if werr != nil {
+		return errors.Join(err, werr)
+	}
 	if werr := p.waitBackground(ctx); werr != nil {
 		return errors.Join(err, werr)
 	}
@@ -412,6 +437,9 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 	}
 	for _, e := range excess {
 		p.destroyLater(e, reasonResize, nil)
+	}
+	if len(excess) > 0 {
+		p.g.takenOut.Done()
 	}
 	return nil
 }

@@ -576,12 +576,16 @@ func TestShutdownWaitsForAbandonedCreation(t *testing.T) {
 	assert.Equal(t, 0, p.Stats().ActiveLeases)
 }
 
+// TestShutdownOnDrainedPoolIgnoresEndedCtx: a pool with no item left (no
+// lease out, no item idle, no Destroy under way) shuts down with nil,
+// whatever its ctx says (Pool.Shutdown).
 func TestShutdownOnDrainedPoolIgnoresEndedCtx(t *testing.T) {
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i := range 200 {
 		p, _ := newTracked(t, Options[*conn]{MinSize: 1})
-		mustLease(t, p).Release()
+		mustLease(t, p).Discard()
+		awaitDestroys(t, p)
 		require.NoError(t, p.Shutdown(ended), "call %d: the pool drained, whatever ctx says", i)
 	}
 	// Not drained: ctx ends it.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -22,8 +23,15 @@ type tasks struct {
 	mu      sync.Mutex
 	n       int                 // running
 	stopped bool                // stop has been called: no task starts
-	idle    chan struct{}       // made by wait; closed when n drops to 0
+	waits   []taskWait          // made by wait; each closed once its tasks have ended
 	ids     map[uint64]struct{} // goroutine ids of the running tasks: see wait
+}
+
+// taskWait is one wait: until no task runs but, when within is 1, the
+// waiting task itself.
+type taskWait struct {
+	within int
+	done   chan struct{}
 }
 
 // start runs f on a goroutine of its own, unless stop has been called:
@@ -66,10 +74,13 @@ func (t *tasks) done(id uint64) {
 	}
 	delete(t.ids, id)
 	t.n--
-	if t.n == 0 && t.idle != nil {
-		close(t.idle)
-		t.idle = nil
-	}
+	t.waits = slices.DeleteFunc(t.waits, func(w taskWait) bool {
+		if t.n <= w.within {
+			close(w.done)
+			return true
+		}
+		return false
+	})
 	t.mu.Unlock()
 }
 
@@ -81,21 +92,23 @@ func (t *tasks) stop() {
 }
 
 // wait waits until no task runs, or ctx ends (then it returns ctx.Err()).
-// Called from a task (a factory that calls Close), it cannot wait for its
-// own caller, and returns at once.
+// Called from a task (a Destroy or OnLeak that calls Close), it cannot wait
+// for its own caller: it waits for every other task.
 func (t *tasks) wait(ctx context.Context) error {
 	id := goroutineID()
 	t.mu.Lock()
-	if _, mine := t.ids[id]; mine || t.n == 0 {
+	within := 0
+	if _, mine := t.ids[id]; mine {
+		within = 1
+	}
+	if t.n <= within {
 		t.mu.Unlock()
 		return nil
 	}
-	if t.idle == nil {
-		t.idle = make(chan struct{})
-	}
-	idle := t.idle
+	w := taskWait{within: within, done: make(chan struct{})}
+	t.waits = append(t.waits, w)
 	t.mu.Unlock()
-	return awaitOr(ctx, idle)
+	return awaitOr(ctx, w.done)
 }
 
 // awaitOr waits until done is closed, and returns nil, or until ctx ends,
