@@ -728,25 +728,25 @@ func (g *gate[T]) counts() (leased, idle, queued, size, dying int, sums slotSums
 }
 
 // idleEntries appends every idle entry, queued or parked, to buf, for the
-// scans of holders.go. It holds the lock for that copy and nothing more:
-// buf grows outside it. Parked entries come and go without the lock (see
-// ring.go); holders.go says why its scans can bear that.
+// scans of holders.go: the slots, the queue, then the slots again, so that
+// an entry parked in a slot after the first read of it is seen by the
+// second (an entry may be listed twice). It holds the lock for that copy
+// and nothing more: buf grows outside it. Parked entries come and go
+// without the lock (see ring.go); holders.go says why its scans can bear
+// that.
 func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
 	for {
 		g.lock()
-		if need := len(buf) + g.idle.len() + len(g.slots.s); cap(buf) < need {
+		if need := len(buf) + g.idle.len() + 2*len(g.slots.s); cap(buf) < need {
 			g.unlock()
 			buf = slices.Grow(buf, need-len(buf))
 			continue
 		}
+		buf = g.slots.appendParked(buf)
 		for i := range g.idle.n {
 			buf = append(buf, g.idle.buf[(g.idle.head+i)&(len(g.idle.buf)-1)])
 		}
-		for i := range g.slots.s {
-			if e := g.slots.s[i].e.Load(); e != nil {
-				buf = append(buf, e)
-			}
-		}
+		buf = g.slots.appendParked(buf)
 		g.unlock()
 		return buf
 	}

@@ -57,7 +57,11 @@ import (
 // slot's take for a judging lease and the hold that follows, or while a parked
 // entry moves from a slot the scan has not read to one it has. Each such window
 // is a few instructions with no user code in it, and the goroutine in it holds
-// no other lease: whatever may take long between two leases is a hold. With
+// no other lease: whatever may take long between two leases is a hold. The
+// copy reads the slots before and after the queue (gate.idleEntries), so an
+// item parked in a slot after its first read is idle at the second: a
+// goroutine that releases into a slot already read and then takes from one
+// not yet read is not counted for both. With
 // TrackLeaseSites a scan knows exactly: the site records the generation of the
 // lease it describes (recordSite), and an entry is out when its site describes
 // its current generation.

@@ -477,3 +477,58 @@ func TestOutstandingAfterAShrink(t *testing.T) {
 	}
 	assert.Empty(t, p.Outstanding())
 }
+
+// TestOutstandingNeverListsMoreThanAreOut: under churn, with items parked
+// and taken from the processors' slots as the scan reads them, Outstanding
+// lists no more leases than were out at any instant of its call
+// (Pool.Outstanding). Each worker counts itself in held from before its
+// Lease to after its lease ended, so held never falls short of the leases
+// out, and peak is held's most during one call.
+func TestOutstandingNeverListsMoreThanAreOut(t *testing.T) {
+	const workers = 64
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 2 * workers, LeakThreshold: time.Hour})
+	var held, peak atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := held.Add(1)
+				for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
+				}
+				l, err := p.Lease(context.Background())
+				if !assert.NoError(t, err) {
+					held.Add(-1)
+					return
+				}
+				for range 4 {
+					runtime.Gosched() // hold it: most workers hold a lease at once
+				}
+				if i%50 == 0 {
+					l.Discard()
+				} else {
+					l.Release()
+				}
+				held.Add(-1)
+			}
+		})
+	}
+	calls, worst := 0, 0
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); calls++ {
+		peak.Store(held.Load())
+		n := len(p.Outstanding())
+		if bound := int(peak.Load()); n > bound {
+			t.Errorf("Outstanding listed %d leases; at most %d were out during the call", n, bound)
+			break
+		}
+		worst = max(worst, n)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d calls; the most listed at once: %d", calls, worst)
+}
