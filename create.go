@@ -403,7 +403,7 @@ func sparesLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, asks <-ch
 			return
 		case <-asks:
 		}
-		for !sparesRound(wp) {
+		for !sparesRoundApart(wp) {
 			backoff = upkeepBackoff(backoff, limit)
 			t := time.NewTimer(backoff)
 			select {
@@ -425,6 +425,19 @@ func sparesRound[T any](wp weak.Pointer[Pool[T]]) bool {
 		return true
 	}
 	return p.fill(idleItems, p.opts.MinIdle, "spares")
+}
+
+// sparesRoundApart runs sparesRound on a goroutine of its own, so that a
+// runtime.Goexit in the factory ends that goroutine only, as a failed
+// round, and the spares task goes on.
+func sparesRoundApart[T any](wp weak.Pointer[Pool[T]]) bool {
+	ok := make(chan bool, 1)
+	go func() {
+		filled := false
+		defer func() { ok <- filled }()
+		filled = sparesRound(wp)
+	}()
+	return <-ok
 }
 
 // backoffLimit is how far the background creations back off after

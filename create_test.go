@@ -940,3 +940,46 @@ func TestCloseEndsTheCreationOfALeaseUnderWay(t *testing.T) {
 		}
 	}
 }
+
+// TestMinIdleSurvivesAGoexitInTheFactory: a runtime.Goexit in a spare's
+// creation counts as a failed creation, and the spares are retried, backing
+// off, as for any failure (Options.MinIdle).
+func TestMinIdleSurvivesAGoexitInTheFactory(t *testing.T) {
+	var goexits atomic.Int32
+	tr := &tracker{}
+	f := FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+		if goexits.Add(1) <= 2 {
+			runtime.Goexit()
+		}
+		return tr.Create(ctx)
+	})
+	p, err := New[*conn](context.Background(), f, Options[*conn]{MinIdle: 2, MaxSize: 4, Destroy: tr.destroy,
+		UpkeepInterval: 40 * time.Millisecond})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, p.Close()) }()
+	require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 2 }, testWait, time.Millisecond,
+		"the spares, created after the factory's Goexits")
+	assert.GreaterOrEqual(t, p.Stats().CreateErrors, uint64(2), "each Goexit counts as a failed creation")
+}
+
+// TestMinIdleEndsWhenThePoolIsCollected: a pool with MinIdle dropped
+// without Close stops its background work once it is collected (Pool.Close).
+func TestMinIdleEndsWhenThePoolIsCollected(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	collected := make(chan struct{})
+	func() {
+		p, err := New[*conn](context.Background(), &tracker{}, Options[*conn]{MinIdle: 1, MaxSize: 2})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 1 }, testWait, time.Millisecond)
+		runtime.AddCleanup(p, func(ch chan struct{}) { close(ch) }, collected)
+	}()
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		select {
+		case <-collected:
+			return true
+		default:
+			return false
+		}
+	}, testWait, 10*time.Millisecond, "the pool dropped without Close was not collected")
+}

@@ -133,9 +133,12 @@
 // MaxSize exist, never while leases wait (they create their own). MinSize
 // is a floor on all the items, met by a busy pool whose every item is in
 // use, so that the next lease creates in the caller; MinIdle keeps a spare
-// ready. A failed creation is logged, counted in Stats.CreateErrors and
-// retried with SeedInBackground's backoff until Close; idle expiry still
-// destroys spares, and the next round replaces them.
+// ready. A failed creation (a factory that calls [runtime.Goexit] among
+// them) is logged, counted in Stats.CreateErrors and retried with
+// SeedInBackground's backoff until Close; idle expiry still destroys
+// spares, and the next round replaces them. A pool with MinIdle dropped
+// without Close stops making spares once the garbage collector has
+// collected it.
 //
 // # Leases and their rules
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,6 +246,9 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	p.setErrExhausted(opts.MaxSize)
 	p.sweepAt.Store(p.sweepEvery)
 	p.done, p.cancel = context.WithCancel(context.Background())
+	// A pool dropped without Close ends, once collected, what waits for
+	// its end: the cleanup holds the cancel function, not the pool.
+	runtime.AddCleanup(p, func(cancel context.CancelFunc) { cancel() }, p.cancel)
 	return p, nil
 }
 
