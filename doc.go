@@ -203,9 +203,10 @@
 // leases, and so read less. The wait ends with:
 //
 //   - an item;
-//   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit); the
+//   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit), counted
+//     from the lease's first wait over all its waits; the
 //     error says what the pool was doing: its name, MaxSize, the time
-//     waited, and how many leases were waiting and items being created and
+//     waited since that first wait, and how many leases were waiting and items being created and
 //     destroyed (the lease that timed out may or may not be among the
 //     waiting), as in pool: lease timeout: pool "db": every item stayed in
 //     use (MaxSize 10) for 5s; 31 leases waiting, 2 items being created, 0
@@ -215,6 +216,9 @@
 //     ErrLeaseTimeout, so a pool that is too small and a caller that ran
 //     out of time are told apart with [errors.Is];
 //   - [ErrClosed] when the pool closes.
+//
+// A waiting lease whose item fails its check keeps its place: it waits
+// again at the head of the queue, and MaxQueuedLeases does not refuse it.
 //
 // Giving up wins at the instant of a grant: a waiter that finds its item and
 // its ended ctx (or elapsed LeaseTimeout) ready together passes the item on

@@ -105,6 +105,17 @@ func (q *waitQueue[T]) pushBack(w *waiter[T]) {
 	q.n++
 }
 
+func (q *waitQueue[T]) pushFront(w *waiter[T]) {
+	w.prev, w.next = nil, q.head
+	if q.head == nil {
+		q.tail = w
+	} else {
+		q.head.prev = w
+	}
+	q.head = w
+	q.n++
+}
+
 func (q *waitQueue[T]) remove(w *waiter[T]) {
 	if w.prev == nil {
 		q.head = w.next
@@ -236,14 +247,60 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 		g.mu.Unlock()
 		return nil, nil, refusedCanceled // already given up: don't queue
 	}
-	w, _ = g.spare.Get().(*waiter[T])
-	if w == nil {
-		w = &waiter[T]{ready: make(chan struct{}, 1)}
-	}
+	w = g.newWaiter()
 	preemptOff()
 	g.enqueueLocked(w)
 	g.unlock()
 	return nil, w, queued
+}
+
+// requeue is acquire for a lease that waited, was served, and needs
+// another permit (its item failed its check): it was first in line, so when
+// no permit is free it queues at the head of the queue, and MaxQueuedLeases,
+// which it passed when it first queued, does not refuse it. Several leases
+// requeued at once are served newest first; each was ahead of every lease
+// queued after it.
+func (g *gate[T]) requeue(ctx context.Context) (e *entry[T], w *waiter[T], a admission) {
+	g.lock()
+	if g.closed {
+		g.unlock()
+		return nil, nil, refusedClosed
+	}
+	var ok bool
+	if e, ok = g.acquireLocked(); ok {
+		a = admitted
+		switch {
+		case e == nil:
+			a = admitRoom
+		case e.era != g.slots.era.Load():
+			a = admitRetired
+		}
+		g.unlock()
+		return e, nil, a
+	}
+	// As in acquire: ctx.Err and sync.Pool may block, so they run
+	// preemptible.
+	preemptOn()
+	if ctx.Err() != nil {
+		g.mu.Unlock()
+		return nil, nil, refusedCanceled
+	}
+	w = g.newWaiter()
+	preemptOff()
+	g.waiters.pushFront(w)
+	g.queuedLocked()
+	g.unlock()
+	return nil, w, queued
+}
+
+// newWaiter returns a recycled waiter, or a new one. Caller holds g.mu,
+// preemptible.
+func (g *gate[T]) newWaiter() *waiter[T] {
+	w, _ := g.spare.Get().(*waiter[T])
+	if w == nil {
+		w = &waiter[T]{ready: make(chan struct{}, 1)}
+	}
+	return w
 }
 
 // acquireLocked takes a permit with an idle entry, when nobody queues: the
@@ -451,6 +508,13 @@ func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry
 // granted at once. Caller holds g.mu.
 func (g *gate[T]) enqueueLocked(w *waiter[T]) {
 	g.waiters.pushBack(w)
+	g.queuedLocked()
+}
+
+// queuedLocked follows a waiter's queuing: when it is the first, the
+// bypass comes on and the parked entries go to the waiters. Caller holds
+// g.mu.
+func (g *gate[T]) queuedLocked() {
 	if g.setBypass() {
 		g.unparkLocked()
 	}

@@ -162,8 +162,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, tm *leaseTimes) (L
 // the lease asks the gate for another (wait says whether it may queue for
 // it). With tm, it measures its wait, creation and checks there.
 func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission, wait waitChoice, tm *leaseTimes) (Lease[T], error) {
-	var waited time.Duration // over every wait of the lease
-	didQueue := false
+	var lw leaseWaits
 	for {
 		// Refused at the gate: the lease fails with the reason.
 		if a.refused() {
@@ -171,19 +170,21 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		}
 		// Queued: wait for a room, which may come with an item.
 		if a == queued {
-			didQueue = true
 			var err error
-			if e, err = p.wait(ctx, w, &waited, tm); err != nil {
+			if e, err = p.wait(ctx, w, &lw, tm); err != nil {
 				return Lease[T]{}, err
 			}
 		}
 		// A room in hand: an idle item that passes judgement, else a fresh
 		// one; or another room, when the idle item failed.
 		var t errType
+		var why reason
 		var err error
-		e, t, err = p.takeReady(ctx, e, tm)
+		e, t, why, err = p.takeReady(ctx, e, tm)
 		if err == errAnotherRoom {
-			e, w, a = p.g.acquire(ctx, wait, false)
+			failed := e
+			e, w, a = p.anotherRoom(ctx, wait, &lw)
+			p.destroyLater(failed, why, nil) // after: the room it frees may be the lease's
 			continue
 		}
 		if err == nil && e == nil {
@@ -202,7 +203,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 			p.wantSpares()
 		}
 		if p.m != nil {
-			p.lentMetrics(ctx, e, k, didQueue, waited)
+			p.lentMetrics(ctx, e, k, lw.since != 0, lw.waited)
 		}
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
@@ -217,6 +218,25 @@ func (p *Pool[T]) lentMetrics(ctx context.Context, e *entry[T], k uint64, queued
 	if p.sampledForUse(k) {
 		p.sampleUse(e)
 	}
+}
+
+// leaseWaits is what a slow lease knows of its waits: their sum, and when
+// the first began (the monotonic clock; 0: it has not waited), from which
+// LeaseTimeout bounds every later wait.
+type leaseWaits struct {
+	waited time.Duration
+	since  int64
+}
+
+// anotherRoom asks the gate for another room, for a lease whose idle item
+// failed its judgement: a lease that waited was first in line when it was
+// served, so it queues again at the head, past MaxQueuedLeases (requeue);
+// any other asks as a new lease does.
+func (p *Pool[T]) anotherRoom(ctx context.Context, wait waitChoice, lw *leaseWaits) (*entry[T], *waiter[T], admission) {
+	if lw.since != 0 {
+		return p.g.requeue(ctx)
+	}
+	return p.g.acquire(ctx, wait, false)
 }
 
 // refused fails a lease that the gate refused as a.
@@ -237,13 +257,21 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 
 // wait waits, for the lease that the gate queued as w, until it grants a
 // room, which may come with an item (the gate counts the wait, and wait
-// adds it to waited, and to tm); when the wait ends otherwise, it fails the
-// lease with the error its end calls for.
-func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], waited *time.Duration, tm *leaseTimes) (*entry[T], error) {
-	e, d, expired, err := p.g.await(ctx, w, p.opts.LeaseTimeout)
-	*waited += d
+// adds it to lw, and to tm); when the wait ends otherwise, it fails the
+// lease with the error its end calls for. LeaseTimeout counts from the
+// lease's first wait: a later wait gets what is left of it (at least a
+// nanosecond, so that the gate's own timeout ends it).
+func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lw *leaseWaits, tm *leaseTimes) (*entry[T], error) {
+	timeout := p.opts.LeaseTimeout
+	if lw.since == 0 {
+		lw.since = monotime()
+	} else if timeout > 0 {
+		timeout = max(timeout-time.Duration(monotime()-lw.since), 1)
+	}
+	e, d, expired, err := p.g.await(ctx, w, timeout)
+	lw.waited += d
 	if tm != nil {
-		tm.wait = *waited
+		tm.wait = lw.waited
 	}
 	if err == nil {
 		return e, nil
@@ -256,7 +284,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], waited *time.Duration,
 	var t errType
 	switch {
 	case expired:
-		t, err = errTimeout, p.timeoutError(d)
+		t, err = errTimeout, p.timeoutError(time.Duration(monotime()-lw.since))
 	case err == ErrClosed:
 		t, err = errClosed, p.errClosed
 	default:
@@ -266,30 +294,32 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], waited *time.Duration,
 	return nil, err
 }
 
-// timeoutError is ErrLeaseTimeout for a lease that waited for waited: it
-// says what the pool was doing.
+// timeoutError is ErrLeaseTimeout for a lease that has been waiting for
+// waited, since its first wait: it says what the pool was doing.
 func (p *Pool[T]) timeoutError(waited time.Duration) error {
 	queued, size, dying := p.g.queueAndSize()
 	return fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v; %d leases waiting, %d items being created, %d being destroyed",
 		ErrLeaseTimeout, p.opts.Name, size, waited.Round(time.Millisecond), queued, p.c.creating.Load(), dying)
 }
 
-// errAnotherRoom is what takeReady returns when the idle item in hand
-// failed its judgement and went to its Destroy with the lease's room: the
-// lease needs another from the gate.
+// errAnotherRoom is what takeReady returns, with the idle item in hand,
+// when that item failed its judgement: the caller asks the gate for another
+// room, then hands the item to its Destroy with the room it held, so that a
+// lease that queues again has its place before that room comes free.
 var errAnotherRoom = errors.New("pool: another room")
 
 // takeReady decides, for the room the caller holds, on e, the idle item
 // that came with it, or, when there is none, the newest idle one now: lend
-// it when it passes judgement (judge); else it goes to its Destroy, with
-// the room, and takeReady returns errAnotherRoom. It returns no item and no
-// error when none is idle: the room is the caller's still, to create one.
-// On another error the room has gone (with the item, or back), also on a
-// panic or Goexit of user code; failed says which step failed.
-func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], tm *leaseTimes) (_ *entry[T], failed errType, err error) {
+// it when it passes judgement (judge); else it returns the item, why it
+// failed and errAnotherRoom, for the caller to destroy (see errAnotherRoom).
+// It returns no item and no error when none is idle: the room is the
+// caller's still, to create one. On another error the room has gone (with
+// the item, or back), also on a panic or Goexit of user code; failed says
+// which step failed.
+func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], tm *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
 	if e == nil {
 		if e = p.g.takeIdle(); e == nil {
-			return nil, 0, nil
+			return nil, 0, 0, nil
 		}
 	}
 	settled := false
@@ -308,16 +338,16 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], tm *leaseTimes) (_
 	settled = true
 	switch v {
 	case lendIt:
-		return e, 0, nil
+		return e, 0, 0, nil
 	case spareIt:
 		p.giveBack(e) // the caller gave up before the check: the item is as good as it was
-		return nil, errCanceled, err
+		return nil, errCanceled, 0, err
 	}
-	p.destroyLater(e, why, nil)
 	if err != nil && ctx.Err() != nil {
-		return nil, errCanceled, ctx.Err() // the caller gave up: don't try another
+		p.destroyLater(e, why, nil)
+		return nil, errCanceled, 0, ctx.Err() // the caller gave up: don't try another
 	}
-	return nil, 0, errAnotherRoom
+	return e, 0, why, errAnotherRoom
 }
 
 // verdict is what judge decided of an idle item taken for a lease.

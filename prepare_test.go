@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -495,4 +496,75 @@ func TestNilCheckFuncAsPreparerAcceptsEveryItem(t *testing.T) {
 	l = mustLease(t, p)
 	l.Release()
 	assert.Zero(t, p.Stats().PrepareFailed)
+}
+
+// TestRequeuedLeaseKeepsItsPlace: a waiting lease served an item that
+// fails its check was first in line: it queues again at the head, ahead of
+// a lease that queued after it, and MaxQueuedLeases does not refuse it
+// (doc.go, "Waiting and errors").
+func TestRequeuedLeaseKeepsItsPlace(t *testing.T) {
+	var checks atomic.Int32
+	checking, fail := make(chan struct{}), make(chan struct{})
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1, MaxQueuedLeases: 1,
+		Preparer: CheckFunc[*conn](func(context.Context, *conn) error {
+			if checks.Add(1) == 2 { // the idle item, handed to the first waiter
+				close(checking)
+				<-fail
+				return errBoom
+			}
+			return nil
+		})})
+	held := mustLease(t, p)
+	first := leaseAsync(context.Background(), p)
+	waitQueued(t, p, 1)
+	held.Release() // handed to first, whose check waits
+	<-checking
+	second := leaseAsync(context.Background(), p)
+	waitQueued(t, p, 1)
+	close(fail) // first's item fails its check: it queues again
+	o := awaitLease(t, first)
+	require.NoError(t, o.err, "the first lease, never refused by the cap it passed")
+	select {
+	case o2 := <-second:
+		t.Fatalf("the second lease was served first (err %v)", o2.err)
+	default:
+	}
+	o.l.Release()
+	o2 := awaitLease(t, second)
+	require.NoError(t, o2.err)
+	o2.l.Release()
+}
+
+// TestLeaseTimeoutBoundsEveryWaitOfALease: a lease that waits, is served an
+// item that fails its check and waits again, times out LeaseTimeout after
+// its first wait began, not after the second, and ErrLeaseTimeout says how
+// long it waited in all (Options.LeaseTimeout).
+func TestLeaseTimeoutBoundsEveryWaitOfALease(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	var checks atomic.Int32
+	d := newBlockingDestroy() // the failed item keeps its room
+	defer close(d.release)
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1, LeaseTimeout: timeout, Destroy: d.destroy,
+		Preparer: CheckFunc[*conn](func(context.Context, *conn) error {
+			if checks.Add(1) == 2 {
+				time.Sleep(timeout / 2)
+				return errBoom
+			}
+			return nil
+		})})
+	held := mustLease(t, p)
+	start := time.Now()
+	got := leaseAsync(context.Background(), p)
+	waitQueued(t, p, 1)
+	time.Sleep(timeout / 2)
+	held.Release()
+	o := awaitLease(t, got)
+	elapsed := time.Since(start)
+	require.ErrorIs(t, o.err, ErrLeaseTimeout)
+	assert.Less(t, elapsed, timeout*8/5, "LeaseTimeout %v bounds the lease's waits together", timeout)
+	m := regexp.MustCompile(`for ([^;]+);`).FindStringSubmatch(o.err.Error())
+	require.Len(t, m, 2, o.err.Error())
+	waited, err := time.ParseDuration(m[1])
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, waited, timeout, "the message states the whole wait: %v", o.err)
 }
