@@ -192,12 +192,19 @@ const (
 // refused reports whether a is a refusal: the lease fails.
 func (a admission) refused() bool { return a > queued }
 
-// waitChoice says whether a lease that finds no permit free waits for one.
-type waitChoice bool
+// waitChoice says whether a lease that finds no permit free waits for one,
+// and where.
+type waitChoice uint8
 
 const (
-	mayWait waitChoice = true  // Lease, Do
-	noWait  waitChoice = false // TryLease
+	mayWait waitChoice = iota // Lease, Do: at the tail, within MaxQueuedLeases
+	noWait                    // TryLease: not at all
+	// againAtHead: a lease that waited and was served, whose item failed
+	// its check: it was first in line, so it waits at the head, and
+	// MaxQueuedLeases, which it passed once, does not refuse it. Several
+	// such leases are served newest first; each was ahead of every lease
+	// that queued after it.
+	againAtHead
 )
 
 // acquire takes a permit and the newest idle entry (admitted), or a bare
@@ -208,6 +215,7 @@ const (
 // critical section and returns its waiter, for await (queued); unless the
 // caller would not wait, when the lease is refused, or maxQueued leases
 // wait already (refusedQueueFull), or its ctx has ended (refusedCanceled).
+// A lease that waits againAtHead queues at the head, whatever maxQueued.
 // A closed gate refuses every lease.
 func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) (e *entry[T], w *waiter[T], a admission) {
 	g.lock()
@@ -235,7 +243,7 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 		g.unlock()
 		return e, nil, a
 	}
-	if g.maxQueued > 0 && g.waiters.n >= g.maxQueued {
+	if g.maxQueued > 0 && g.waiters.n >= g.maxQueued && wait != againAtHead {
 		g.unlock()
 		return nil, nil, refusedQueueFull
 	}
@@ -249,46 +257,12 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 	}
 	w = g.newWaiter()
 	preemptOff()
-	g.enqueueLocked(w)
-	g.unlock()
-	return nil, w, queued
-}
-
-// requeue is acquire for a lease that waited, was served, and needs
-// another permit (its item failed its check): it was first in line, so when
-// no permit is free it queues at the head of the queue, and MaxQueuedLeases,
-// which it passed when it first queued, does not refuse it. Several leases
-// requeued at once are served newest first; each was ahead of every lease
-// queued after it.
-func (g *gate[T]) requeue(ctx context.Context) (e *entry[T], w *waiter[T], a admission) {
-	g.lock()
-	if g.closed {
-		g.unlock()
-		return nil, nil, refusedClosed
+	if wait == againAtHead {
+		g.waiters.pushFront(w)
+		g.queuedLocked()
+	} else {
+		g.enqueueLocked(w)
 	}
-	var ok bool
-	if e, ok = g.acquireLocked(); ok {
-		a = admitted
-		switch {
-		case e == nil:
-			a = admitRoom
-		case e.era != g.slots.era.Load():
-			a = admitRetired
-		}
-		g.unlock()
-		return e, nil, a
-	}
-	// As in acquire: ctx.Err and sync.Pool may block, so they run
-	// preemptible.
-	preemptOn()
-	if ctx.Err() != nil {
-		g.mu.Unlock()
-		return nil, nil, refusedCanceled
-	}
-	w = g.newWaiter()
-	preemptOff()
-	g.waiters.pushFront(w)
-	g.queuedLocked()
 	g.unlock()
 	return nil, w, queued
 }

@@ -230,11 +230,11 @@ type leaseWaits struct {
 
 // anotherRoom asks the gate for another room, for a lease whose idle item
 // failed its judgement: a lease that waited was first in line when it was
-// served, so it queues again at the head, past MaxQueuedLeases (requeue);
+// served, so it queues again at the head, past MaxQueuedLeases (againAtHead);
 // any other asks as a new lease does.
 func (p *Pool[T]) anotherRoom(ctx context.Context, wait waitChoice, lw *leaseWaits) (*entry[T], *waiter[T], admission) {
 	if lw.since != 0 {
-		return p.g.requeue(ctx)
+		wait = againAtHead
 	}
 	return p.g.acquire(ctx, wait, false)
 }
