@@ -17,7 +17,7 @@ import (
 // sits on a cache line of its own, so a lease and release that hit their
 // slot write no cache line that another processor writes: under two-core
 // contention that, not the count of atomic instructions, is the cost (see
-// docs/DESIGN.md, "Designs measured and rejected", design E). Anything
+// bench/JOURNAL.md, "Designs measured and rejected", design E). Anything
 // else goes through the gate's mutex.
 //
 // A parked entry keeps the permit of the lease that released it: the gate

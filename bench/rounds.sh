@@ -11,8 +11,8 @@
 # at `-test.cpu` CPU, and, for the first
 # build only, the pools in OTHERS as well, so noise hits a round of every
 # build rather than every run of one. It runs at the highest priority when
-# it runs as root (nice -n -20). docs/DESIGN.md, "The wait path", has what
-# it measured.
+# it runs as root (nice -n -20). bench/JOURNAL.md, "The wait path's drafts"
+# and "Yielding after a hand-off", has what it measured.
 #
 # Environment: COUNT rounds (default 6), CPU (default 1,2), BENCHTIME
 # (default 1s), OVERLOAD_LEASES (default 64000), RTW_LEASES (default 16000),

@@ -43,7 +43,7 @@ var speedTargets = []speedTarget{
 	{workload: "Parallel", procs: 2, other: "syncpool", factor: 4},
 	{workload: "Contended", procs: 2, other: "puddle", factor: 0.4},
 	// At one processor: against the simplest bounded pool, the floor and
-	// the channel (docs/DESIGN.md, "Floors").
+	// the channel (bench/JOURNAL.md, "Floors").
 	{workload: "Sequential", procs: 1, other: "semaphore", factor: 0.85},
 	{workload: "Parallel", procs: 1, other: "semaphore", factor: 0.85},
 	{workload: "Sequential", procs: 1, other: "syncpool", factor: 1.5},
