@@ -400,7 +400,13 @@ func TestOutstandingSparesItemsWaitingForDestroy(t *testing.T) {
 				<-done
 				close(stop)
 				wg.Wait()
-				assert.LessOrEqual(t, most, 1, "Outstanding listed items waiting for their Destroy as leases")
+				// The load holds one lease at a time; the sweep's path takes
+				// one more, its own, that meets the expired items.
+				leases := 1
+				if path.name == "sweep" {
+					leases = 2
+				}
+				assert.LessOrEqual(t, most, leases, "Outstanding listed items waiting for their Destroy as leases")
 				assert.Zero(t, p.Stats().LongLeases, "an item waiting for its Destroy was reported as a long lease")
 			})
 		}
