@@ -229,7 +229,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 		clock:          testClock,
 		m:              m,
 		tasks:          new(tasks),
-		destroys:       new(tasks),
+		destroys:       &tasks{othersOnly: true},
 		errClosed:      fmt.Errorf("%w: pool %q", ErrClosed, opts.Name),
 		sweepEvery:     sweepPeriod(opts.IdleTimeout, opts.MaxLifetime),
 	}

@@ -25,6 +25,10 @@ type tasks struct {
 	stopped bool                // stop has been called: no task starts
 	waits   []taskWait          // made by wait; each closed once its tasks have ended
 	ids     map[uint64]struct{} // goroutine ids of the running tasks: see wait
+	// othersOnly: a task that waits waits for the other tasks (the Destroy
+	// calls, none of which waits for another); else it returns at once,
+	// since a background task may wait for the very task that calls it.
+	othersOnly bool
 }
 
 // taskWait is one wait: until no task runs but, when within is 1, the
@@ -92,13 +96,17 @@ func (t *tasks) stop() {
 }
 
 // wait waits until no task runs, or ctx ends (then it returns ctx.Err()).
-// Called from a task (a Destroy or OnLeak that calls Close), it cannot wait
-// for its own caller: it waits for every other task.
+// Called from a task, it cannot wait for its own caller: with othersOnly
+// (the Destroy calls) it waits for every other task, else it returns at once.
 func (t *tasks) wait(ctx context.Context) error {
 	id := goroutineID()
 	t.mu.Lock()
 	within := 0
 	if _, mine := t.ids[id]; mine {
+		if !t.othersOnly {
+			t.mu.Unlock()
+			return nil
+		}
 		within = 1
 	}
 	if t.n <= within {
