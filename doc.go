@@ -204,9 +204,9 @@
 //
 //   - an item;
 //   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit), counted
-//     from the lease's first wait over all its waits; the
-//     error says what the pool was doing: its name, MaxSize, the time
-//     waited since that first wait, and how many leases were waiting and items being created and
+//     from the lease's first wait over all its waits; the error says what
+//     the pool was doing: its name, MaxSize, the time waited since that
+//     first wait, and how many leases were waiting and items being created and
 //     destroyed (the lease that timed out may or may not be among the
 //     waiting), as in pool: lease timeout: pool "db": every item stayed in
 //     use (MaxSize 10) for 5s; 31 leases waiting, 2 items being created, 0

@@ -59,12 +59,13 @@ import (
 // is a few instructions with no user code in it, and the goroutine in it holds
 // no other lease: whatever may take long between two leases is a hold. The
 // copy reads the slots before and after the queue (gate.idleEntries), so an
-// item parked in a slot after its first read is idle at the second: a
+// item parked in a slot after its first read is idle at the second: one
 // goroutine that releases into a slot already read and then takes from one
-// not yet read is not counted for both. With
-// TrackLeaseSites a scan knows exactly: the site records the generation of the
-// lease it describes (recordSite), and an entry is out when its site describes
-// its current generation.
+// not yet read is not counted for both. A chain of goroutines doing so while
+// the copy runs can still be: the slots are not stopped while they are read.
+// With TrackLeaseSites a scan knows exactly: the site records the generation
+// of the lease it describes (recordSite), and an entry is out when its site
+// describes its current generation.
 
 // registry is every entry in existence, held weakly, for the scans.
 type registry[T any] struct {

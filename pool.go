@@ -332,9 +332,8 @@ func (p *Pool[T]) retired(e *entry[T]) bool {
 // for at most Options.DestroyTimeout), with the joined errors of the idle
 // items' Destroy calls (a panic's among them; each is also logged, as
 // every failed Destroy is); after it, no Destroy starts but for the items
-// of leases that end later. Called from inside a Destroy (or another
-// callback the pool runs on its own goroutines), Close cannot wait for
-// that call, and waits for every other. The pool's gauges stop
+// of leases that end later. Called from inside a Destroy, Close cannot
+// wait for that call, and waits for every other Destroy. The pool's gauges stop
 // reporting; its counters and histograms go on recording what the leases
 // still out do. A lease already under way may still succeed; its item is
 // destroyed on release. Close is idempotent: later calls do nothing and
