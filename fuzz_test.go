@@ -1723,9 +1723,11 @@ func (r *fzRun) step(op, arg byte) {
 
 // close runs Close, or Shutdown: with a live ctx when the model says no
 // permit stays held (it must return), else with a canceled one (it must
-// return ctx.Err(), joined to any Destroy errors). The Destroy calls run
-// free meanwhile: Close waits for those of the idle items, and returns
-// their failures and panics as errors.
+// return ctx.Err(), joined to the Destroy errors of the idle items whose
+// Destroy ended before it saw the ctx ended; the others go on, and the
+// script waits for them). The Destroy calls run free meanwhile: Close
+// waits for those of the idle items, and returns their failures and
+// panics as errors.
 func (r *fzRun) close(shutdown bool) {
 	r.sch.releaseDestroys()
 	defer r.sch.holdDestroys()
@@ -1751,7 +1753,11 @@ func (r *fzRun) close(shutdown bool) {
 	}
 	wantDestroy := want.kind == fzDestroyErr
 	gotDestroy := errors.Is(err, injectedFault{onDestroy, faultFail}) || errors.Is(err, injectedFault{onDestroy, faultPanic})
-	if errors.Is(err, context.Canceled) != wantCanceled || gotDestroy != wantDestroy ||
+	if wantCanceled {
+		awaitDestroys(r.t, r.p) // the idle items' Destroy calls went on
+	}
+	destroyOK := gotDestroy == wantDestroy || wantCanceled && !gotDestroy
+	if errors.Is(err, context.Canceled) != wantCanceled || !destroyOK ||
 		(err != nil) != (wantCanceled || wantDestroy) {
 		r.fail("%s returned %v; the model says: ctx error %v, destroy errors %v", what, err, wantCanceled, wantDestroy)
 	}
