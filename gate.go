@@ -401,8 +401,13 @@ func (w *waiter[T]) wait(ctx context.Context, timerC <-chan time.Time) (granted,
 // testHooks, set by tests only, run in await: beforeWait after the timer
 // is armed and before the wait, afterWait right after it. A test uses them
 // to make a grant and a cancellation ready at the same instant, or to let
-// the timer fire just after a grant.
-var testHooks struct{ beforeWait, afterWait func() }
+// the timer fire just after a grant. slotRead runs in idleEntries right
+// after it read slot i, under the lock and unpreemptible: it must not
+// block. A test uses it to move items between slots mid-copy.
+var testHooks struct {
+	beforeWait, afterWait func()
+	slotRead              func(i int)
+}
 
 // leave takes a waiter that gave up (canceled or timed out) out of the
 // queue, and reports whether a grant raced with the giving up. A grant
@@ -733,6 +738,9 @@ func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
 		for i := range g.slots.s {
 			if e := g.slots.s[i].e.Load(); e != nil {
 				buf = append(buf, e)
+			}
+			if testHooks.slotRead != nil {
+				testHooks.slotRead(i)
 			}
 		}
 		g.unlock()

@@ -477,3 +477,80 @@ func TestOutstandingAfterAShrink(t *testing.T) {
 	}
 	assert.Empty(t, p.Outstanding())
 }
+
+// outGauge counts the leases out, each from the start of its Lease call to
+// the end of the call that ends it, and the most counted since reset. Both
+// share one word, changed by compare-and-swap, so that the most is exact:
+// no count between a reset and a read of most escapes it.
+type outGauge struct{ w atomic.Uint64 } // most<<32 | now
+
+func (g *outGauge) add(d int) {
+	for {
+		old := g.w.Load()
+		now := uint64(uint32(int64(uint32(old)) + int64(d)))
+		if g.w.CompareAndSwap(old, max(old>>32, now)<<32|now) {
+			return
+		}
+	}
+}
+
+// reset makes the count now the most.
+func (g *outGauge) reset() {
+	for {
+		old := g.w.Load()
+		now := uint64(uint32(old))
+		if g.w.CompareAndSwap(old, now<<32|now) {
+			return
+		}
+	}
+}
+
+func (g *outGauge) most() int { return int(g.w.Load() >> 32) }
+
+// TestOutstandingNeverListsMoreThanAreOut: while 64 goroutines lease over
+// 128 items, discard one lease in 50 and rest between leases, with
+// LeakThreshold set, Outstanding never lists more leases than were out at
+// some instant of its call, counting each from the start of its Lease call
+// to the end of its Release or Discard (Outstanding's doc).
+func TestOutstandingNeverListsMoreThanAreOut(t *testing.T) {
+	const workers, items, rounds = 64, 128, 4
+	for round := range rounds {
+		p, _ := newTracked(t, Options[*conn]{MinSize: items, MaxSize: items, LeakThreshold: 100 * time.Millisecond})
+		var out outGauge
+		ctx, stop := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					out.add(1)
+					l, err := p.Lease(ctx)
+					if err != nil {
+						out.add(-1)
+						return
+					}
+					runtime.Gosched()
+					if (i+w)%50 == 0 {
+						l.Discard()
+					} else {
+						l.Release()
+					}
+					out.add(-1)
+					runtime.Gosched()
+				}
+			})
+		}
+		scans, over, worst := 0, 0, ""
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); scans++ {
+			out.reset()
+			n := len(p.Outstanding())
+			if most := out.most(); n > most {
+				over++
+				worst = fmt.Sprintf("%d listed, at most %d out", n, most)
+			}
+		}
+		stop()
+		wg.Wait()
+		t.Logf("round %d: %d scans", round, scans)
+		assert.Zero(t, over, "round %d: Outstanding listed more leases than were out in %d of %d calls; the last: %s", round, over, scans, worst)
+	}
+}
