@@ -723,7 +723,9 @@ func (g *gate[T]) counts() (leased, idle, queued, size, dying int, sums slotSums
 // idleEntries appends every idle entry, queued or parked, to buf, for the
 // scans of holders.go. It holds the lock for that copy and nothing more:
 // buf grows outside it. Parked entries come and go without the lock (see
-// ring.go); holders.go says why its scans can bear that.
+// ring.go), so it reads the slots with bypass on, turning it on if it was
+// off and off again after, under the lock, where nobody else sees it:
+// holders.go, "Which entries are out", says why its scans need that.
 func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
 	for {
 		g.lock()
@@ -735,6 +737,10 @@ func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
 		for i := range g.idle.n {
 			buf = append(buf, g.idle.buf[(g.idle.head+i)&(len(g.idle.buf)-1)])
 		}
+		bypassed := g.slots.bypass.Load()
+		if !bypassed {
+			g.slots.bypass.Store(true)
+		}
 		for i := range g.slots.s {
 			if e := g.slots.s[i].e.Load(); e != nil {
 				buf = append(buf, e)
@@ -742,6 +748,9 @@ func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
 			if testHooks.slotRead != nil {
 				testHooks.slotRead(i)
 			}
+		}
+		if !bypassed {
+			g.slots.bypass.Store(false)
 		}
 		g.unlock()
 		return buf
