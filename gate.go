@@ -724,8 +724,8 @@ func (g *gate[T]) counts() (leased, idle, queued, size, dying int, sums slotSums
 // scans of holders.go. It holds the lock for that copy and nothing more:
 // buf grows outside it. Parked entries come and go without the lock (see
 // ring.go), so it reads the slots with bypass on, turning it on if it was
-// off and off again after, under the lock, where nobody else sees it:
-// holders.go, "Which entries are out", says why its scans need that.
+// off and off again after, under the lock: only the fast path sees it
+// change. holders.go, "Which entries are out", says why its scans need that.
 func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
 	for {
 		g.lock()

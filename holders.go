@@ -224,9 +224,9 @@ type LeaseInfo struct {
 // appears: safe to call from a debug handler under load, it takes no lock
 // that a lease takes for longer than a copy of the idle items (during
 // which leases and releases go through that lock rather than their
-// processors' slots), and costs the leases nothing else. A lease leaked and found by the garbage collector is
-// listed until then, and no longer after. See "When leases time out" in
-// the package documentation.
+// processors' slots), and costs the leases nothing else. A lease leaked
+// and found by the garbage collector is listed until then, and no longer
+// after. See "When leases time out" in the package documentation.
 func (p *Pool[T]) Outstanding() []LeaseInfo {
 	var b scanBufs[T]
 	defer b.drop()
