@@ -437,8 +437,13 @@ func (w *waiter[T]) wait(ctx context.Context, timerC <-chan time.Time) (granted,
 // testHooks, set by tests only, run in await: beforeWait after the timer
 // is armed and before the wait, afterWait right after it. A test uses them
 // to make a grant and a cancellation ready at the same instant, or to let
-// the timer fire just after a grant.
-var testHooks struct{ beforeWait, afterWait func() }
+// the timer fire just after a grant. slotRead runs in idleEntries right
+// after it read slot i, under the lock and unpreemptible: it must not
+// block. A test uses it to move items between slots mid-copy.
+var testHooks struct {
+	beforeWait, afterWait func()
+	slotRead              func(i int)
+}
 
 // leave takes a waiter that gave up (canceled or timed out) out of the
 // queue, and reports whether a grant raced with the giving up. A grant
@@ -766,25 +771,37 @@ func (g *gate[T]) counts() (leased, idle, queued, size, dying int, sums slotSums
 }
 
 // idleEntries appends every idle entry, queued or parked, to buf, for the
-// scans of holders.go: the slots, the queue, then the slots again, so that
-// an entry parked in a slot after the first read of it is seen by the
-// second (an entry may be listed twice). It holds the lock for that copy
-// and nothing more: buf grows outside it. Parked entries come and go
-// without the lock (see ring.go); holders.go says why its scans can bear
-// that.
+// scans of holders.go. It holds the lock for that copy and nothing more:
+// buf grows outside it. Parked entries come and go without the lock (see
+// ring.go), so it reads the slots with bypass on, turning it on if it was
+// off and off again after, under the lock: only the fast path sees it
+// change. holders.go, "Which entries are out", says why its scans need that.
 func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
 	for {
 		g.lock()
-		if need := len(buf) + g.idle.len() + 2*len(g.slots.s); cap(buf) < need {
+		if need := len(buf) + g.idle.len() + len(g.slots.s); cap(buf) < need {
 			g.unlock()
 			buf = slices.Grow(buf, need-len(buf))
 			continue
 		}
-		buf = g.slots.appendParked(buf)
 		for i := range g.idle.n {
 			buf = append(buf, g.idle.buf[(g.idle.head+i)&(len(g.idle.buf)-1)])
 		}
-		buf = g.slots.appendParked(buf)
+		bypassed := g.slots.bypass.Load()
+		if !bypassed {
+			g.slots.bypass.Store(true)
+		}
+		for i := range g.slots.s {
+			if e := g.slots.s[i].e.Load(); e != nil {
+				buf = append(buf, e)
+			}
+			if testHooks.slotRead != nil {
+				testHooks.slotRead(i)
+			}
+		}
+		if !bypassed {
+			g.slots.bypass.Store(false)
+		}
 		g.unlock()
 		return buf
 	}

@@ -39,8 +39,8 @@ import (
 // A scan reads gen and holds, then copies the idle entries, then reads gen
 // and holds again: an entry is out when it is registered, not idle, its
 // holds even and neither gen nor holds moved between the two reads. It is
-// then out at the instant of the copy, in the lease of the generation
-// read (or in one of the windows below). Every path that takes an entry
+// then out at the end of the copy, in the lease of the generation read
+// (or in one of the windows below). Every path that takes an entry
 // out of the idle ring to destroy it holds the entry in the critical
 // section that takes it out (gate.drainIdle, takeExpired, resize, and
 // takeIdleIf for the upkeep's checks), so a copy that no longer finds it
@@ -48,23 +48,33 @@ import (
 // entry that left the registry after the scan listed it (destroyed or
 // detached) has its holds at holdsGone. So no entry waiting for its
 // Destroy, nor one whose lease ended before the copy, is out, and each
-// entry out is held by one goroutine at that instant: Outstanding never
-// lists more leases than goroutines hold.
+// entry out is, at the end of the copy, leased or in one of the windows.
 //
-// Without TrackLeaseSites a scan can still be wrong for an instant: between the
-// end of a lease and the park of its item, or the start of its destruction (gen
-// has moved on before the first read, the item is not idle yet), between a
-// slot's take for a judging lease and the hold that follows, or while a parked
-// entry moves from a slot the scan has not read to one it has. Each such window
-// is a few instructions with no user code in it, and the goroutine in it holds
-// no other lease: whatever may take long between two leases is a hold. The
-// copy reads the slots before and after the queue (gate.idleEntries), so an
-// item parked in a slot after its first read is idle at the second: one
-// goroutine that releases into a slot already read and then takes from one
-// not yet read is not counted for both. A chain of goroutines doing so while
-// the copy runs can still be: the slots are not stopped while they are read.
-// With TrackLeaseSites a scan knows exactly: the site records the generation
-// of the lease it describes (recordSite), and an entry is out when its site
+// The copy holds the gate's lock, which stops the queue but not the slots,
+// and reads the slots one by one: a release could park its item in a slot
+// already read and then it, or a goroutine after it, take one from a slot
+// not read yet, two items neither idle in the copy nor ever leased at once.
+// So the copy keeps bypass on (ring.go) while it reads the slots: a
+// goroutine then moves an item into or out of a slot only if it loaded
+// bypass before it came on, and only once, for its next lease or release
+// waits for the lock. An item taken after its slot was read went to a Lease
+// call begun before the copy; one parked after it belongs to a call still
+// under way at the end of the copy, which loads bypass again before it
+// returns and, while bypass is on, takes the item back for the gate; and no
+// chain of goroutines, each parking and then taking, can form.
+//
+// Without TrackLeaseSites a scan can still list an item between two leases:
+// one whose lease has ended but that is not idle yet, or on its way to its
+// Destroy (gen has moved on before the first read), and one a lease has
+// taken but not yet marked held to judge it. Such an item is in the hands
+// of the Lease, Release, Discard or Detach call that moves it, not always
+// for a few instructions only: a release may wait for the gate's lock,
+// behind the scan itself, and log the end of a reported lease through the
+// Logger. So Outstanding never lists more leases than are out, counting
+// each from the start of its Lease call to the end of the call that ends
+// it: whatever else may take long between two leases is a hold. With
+// TrackLeaseSites a scan knows exactly: the site records the generation of
+// the lease it describes (recordSite), and an entry is out when its site
 // describes its current generation.
 
 // registry is every entry in existence, held weakly, for the scans.
@@ -203,16 +213,20 @@ type LeaseInfo struct {
 // and neither is an item between two leases: with LeakThreshold or
 // TrackLeaseSites, not even one that a Lease call is checking with the
 // Preparer, or a Release call resetting (without either, such an item is
-// listed, without an age). So its length never exceeds Stats.ActiveLeases
-// taken when nothing moves, nor the number of leases out, and stays within
-// MaxSize, but for a while after SetMaxSize shrank it: until the leases
-// beyond the new MaxSize have ended. It is the
+// listed, without an age). An item may be listed while the Lease call that
+// takes it, or the Release, Discard or Detach call that gives it back, is
+// under way. So its length never exceeds Stats.ActiveLeases taken when
+// nothing moves, nor the number of leases out at some instant of the call,
+// counting each from the start of its Lease call to the end of the call
+// that ends it, and stays within MaxSize, but for a while after SetMaxSize
+// shrank it: until the leases beyond the new MaxSize have ended. It is the
 // tool behind "look for slow or leaked leases" when ErrLeaseTimeout
 // appears: safe to call from a debug handler under load, it takes no lock
-// that a lease takes for longer than a copy of the idle items, and costs
-// the leases nothing. A lease leaked and found by the garbage collector is
-// listed until then, and no longer after. See "When leases time out" in
-// the package documentation.
+// that a lease takes for longer than a copy of the idle items (during
+// which leases and releases go through that lock rather than their
+// processors' slots), and costs the leases nothing else. A lease leaked
+// and found by the garbage collector is listed until then, and no longer
+// after. See "When leases time out" in the package documentation.
 func (p *Pool[T]) Outstanding() []LeaseInfo {
 	var b scanBufs[T]
 	defer b.drop()

@@ -226,17 +226,6 @@ func (r *slots[T]) steal() *entry[T] {
 	return nil
 }
 
-// appendParked appends the entries parked now to buf, one slot after the
-// other: the slots change meanwhile, so it is a look, not a snapshot.
-func (r *slots[T]) appendParked(buf []*entry[T]) []*entry[T] {
-	for i := range r.s {
-		if e := r.s[i].e.Load(); e != nil {
-			buf = append(buf, e)
-		}
-	}
-	return buf
-}
-
 // slotSums are the slots' figures summed up.
 type slotSums struct {
 	parked        int

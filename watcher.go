@@ -31,7 +31,7 @@ import (
 // scans in a row see out with the same generation and holds was, from the
 // first to the second, in one lease or in one of the windows of "Which
 // entries are out". A window never spans two scans a period apart (unless
-// a goroutine is descheduled inside one for that long), so the second
+// a goroutine stays inside one for that long), so the second
 // sighting is of the lease itself: it began before that scan's clock read.
 // The watcher reports the lease once LeakThreshold has passed since its
 // second sighting: never early. The lease began after the last scan that
