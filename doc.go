@@ -203,22 +203,23 @@
 // leases, and so read less. The wait ends with:
 //
 //   - an item;
-//   - [ErrLeaseTimeout], after Options.LeaseTimeout (0: no limit), counted
-//     from the lease's first wait over all its waits; the error says what
-//     the pool was doing: its name, MaxSize, the time waited since that
-//     first wait, and how many leases were waiting and items being created and
-//     destroyed (the lease that timed out may or may not be among the
-//     waiting), as in pool: lease timeout: pool "db": every item stayed in
-//     use (MaxSize 10) for 5s; 31 leases waiting, 2 items being created, 0
-//     being destroyed;
+//   - [ErrLeaseTimeout], once Options.LeaseTimeout (0: no limit) has passed
+//     since the Lease call, counting every wait of the lease and its checks
+//     of items that failed; the error says what the pool was doing: its
+//     name, MaxSize, that time, and how many leases were waiting and items
+//     being created and destroyed (the lease that timed out may or may not
+//     be among the waiting), as in pool: lease timeout: pool "db": every
+//     item stayed in use (MaxSize 10) for 5s; 31 leases waiting, 2 items
+//     being created, 0 being destroyed;
 //   - ctx.Err() when the caller's ctx ends first, returned as it is:
 //     [context.Canceled] or [context.DeadlineExceeded], never
 //     ErrLeaseTimeout, so a pool that is too small and a caller that ran
 //     out of time are told apart with [errors.Is];
 //   - [ErrClosed] when the pool closes.
 //
-// A waiting lease whose item fails its check keeps its place: it waits
-// again at the head of the queue, and MaxQueuedLeases does not refuse it.
+// A lease whose item fails its check keeps its place: it waits again
+// ahead of the leases that queued after it, behind those that came back so
+// before it, and MaxQueuedLeases does not refuse it.
 //
 // Giving up wins at the instant of a grant: a waiter that finds its item and
 // its ended ctx (or elapsed LeaseTimeout) ready together passes the item on

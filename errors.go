@@ -29,10 +29,10 @@ var (
 	// the pool closed.
 	ErrClosed = errors.New("pool: closed")
 
-	// ErrLeaseTimeout is returned when Options.LeaseTimeout elapses while a
-	// lease waits for an item, all MaxSize being in use. The returned error
-	// wraps it with what the pool was doing: its name, MaxSize, the time
-	// waited, and how many leases were waiting and items being created and
+	// ErrLeaseTimeout is returned when Options.LeaseTimeout, counted from
+	// the Lease call, elapses while a lease waits for an item, all MaxSize
+	// being in use. The returned error wraps it with what the pool was
+	// doing: its name, MaxSize, the time since the call, and how many leases were waiting and items being created and
 	// destroyed. It is not context.DeadlineExceeded: a wait ended by the
 	// caller's own deadline returns ctx.Err() instead.
 	ErrLeaseTimeout = errors.New("pool: lease timeout")

@@ -479,7 +479,12 @@ type fzModel struct {
 	// (see bypass).
 	bypassOn bool
 	waiters  []*fzWaiter // queued, oldest first
-	granted  []*fzGrant  // granted during the current step, in the order of the grants
+	// ahead: how many of the first waiters queued again, after the item
+	// they got could not be lent (see acquire); queued: the waiter that the
+	// last lease to queue got.
+	ahead   int
+	queued  *fzWaiter
+	granted []*fzGrant // granted during the current step, in the order of the grants
 	// sparesAsked: an ask for spares is pending (MinIdle); sparesOwed: the
 	// last spares round failed, and runs again.
 	sparesAsked, sparesOwed bool
@@ -639,7 +644,7 @@ func (m *fzModel) leased(id int, asks bool) fzOutcome {
 }
 
 // lease is Lease (try: TryLease) with a live or a canceled ctx. A lease
-// that queues gets a waiter of its own, the last of the model's.
+// that queues gets a waiter of its own, m.queued.
 func (m *fzModel) lease(try, canceled bool) fzOutcome {
 	if canceled { // an ended ctx takes nothing, even with an item idle
 		m.st.Canceled++
@@ -653,7 +658,7 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 		}
 		return m.obtain(nil, id, try)
 	}
-	id, o, ok := m.acquire(nil, try)
+	id, o, ok := m.acquire(nil, try, false)
 	switch {
 	case !ok:
 		return o
@@ -667,10 +672,12 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 // queued yet): when nobody queues, the newest queued idle item or the
 // parked one, with a permit, or a bare permit when one is free; ok then.
 // Otherwise the lease is refused (TryLease; or MaxQueuedLeases waiting
-// already), times out (LeaseTimeout: nobody can release within its
-// microsecond), or queues at the tail, in w or a fresh waiter: its outcome
-// then.
-func (m *fzModel) acquire(w *fzWaiter, try bool) (id int, o fzOutcome, ok bool) {
+// already, unless it asks again), times out (LeaseTimeout: nobody can
+// release within its microsecond), or queues, in w or a fresh waiter: its
+// outcome then. It queues at the tail or, when it asks again after the
+// item it held failed its judgement, ahead of the rest, behind those that
+// came back so before it ("Waiting and errors").
+func (m *fzModel) acquire(w *fzWaiter, try, again bool) (id int, o fzOutcome, ok bool) {
 	if m.closed {
 		return 0, fzOutcome{kind: fzClosed}, false
 	}
@@ -694,7 +701,7 @@ func (m *fzModel) acquire(w *fzWaiter, try bool) (id int, o fzOutcome, ok bool) 
 	case try:
 		m.st.Refused++
 		return 0, fzOutcome{kind: fzExhausted}, false
-	case m.maxQueued > 0 && len(m.waiters) >= m.maxQueued:
+	case !again && m.maxQueued > 0 && len(m.waiters) >= m.maxQueued:
 		m.st.Refused++
 		return 0, fzOutcome{kind: fzQueueFull}, false
 	case m.leaseTimeout:
@@ -706,7 +713,13 @@ func (m *fzModel) acquire(w *fzWaiter, try bool) (id int, o fzOutcome, ok bool) 
 	if w == nil {
 		w = &fzWaiter{}
 	}
-	m.waiters = append(m.waiters, w)
+	if again {
+		m.waiters = slices.Insert(m.waiters, m.ahead, w)
+		m.ahead++
+	} else {
+		m.waiters = append(m.waiters, w)
+	}
+	m.queued = w
 	m.bypassOn = true
 	return 0, fzOutcome{kind: fzQueued}, false
 }
@@ -715,7 +728,8 @@ func (m *fzModel) acquire(w *fzWaiter, try bool) (id int, o fzOutcome, ok bool) 
 // for the lease of w (nil: one that has not queued): the documented lease
 // after the permit (doc.go, "Lifecycle of an item": Leased). An idle item
 // that is expired or fails its check goes to its Destroy with the permit,
-// and the lease asks the gate for another (acquire).
+// once the lease has asked the gate for another (acquire, again), which
+// comes to the same here: a Destroy ends only in endDestroys.
 func (m *fzModel) obtain(w *fzWaiter, id int, try bool) fzOutcome {
 	for {
 		if id == 0 {
@@ -750,7 +764,7 @@ func (m *fzModel) obtain(w *fzWaiter, id int, try bool) fzOutcome {
 		m.toDestroy(id, why)
 		var o fzOutcome
 		var ok bool
-		if id, o, ok = m.acquire(w, try); !ok {
+		if id, o, ok = m.acquire(w, try, true); !ok {
 			return o
 		}
 	}
@@ -864,6 +878,7 @@ func (m *fzModel) free() {
 func (m *fzModel) grant(id int) {
 	w := m.waiters[0]
 	m.waiters = m.waiters[1:]
+	m.ahead = max(m.ahead-1, 0)
 	m.st.Waits++
 	m.granted = append(m.granted, &fzGrant{w: w, item: id, pending: true})
 }
@@ -1064,7 +1079,7 @@ func (m *fzModel) close() fzOutcome {
 		m.st.Waits++
 		m.granted = append(m.granted, &fzGrant{w: w, want: fzOutcome{kind: fzClosed}})
 	}
-	m.waiters = nil
+	m.waiters, m.ahead = nil, 0
 	m.drain(reasonClose)
 	if m.endDestroys() > 0 {
 		return fzOutcome{kind: fzDestroyErr}
@@ -1370,7 +1385,7 @@ func (r *fzRun) lease(try, canceled bool) {
 	}
 	want := r.m.lease(try, canceled)
 	if want.kind == fzQueued {
-		r.queue(r.m.waiters[len(r.m.waiters)-1])
+		r.queue(r.m.queued)
 		return
 	}
 	var l Lease[*faultItem]
@@ -1554,6 +1569,9 @@ func (r *fzRun) cancelWaiter(i int) {
 	i %= len(r.m.waiters)
 	w := r.m.waiters[i]
 	r.m.waiters = slices.Delete(r.m.waiters, i, i+1)
+	if i < r.m.ahead {
+		r.m.ahead--
+	}
 	r.m.st.Waits++
 	r.m.st.Canceled++
 	w.cancel()

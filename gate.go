@@ -89,8 +89,14 @@ type waiter[T any] struct {
 }
 
 // waitQueue is an intrusive FIFO list of waiters. Guarded by gate.mu.
+//
+// The waiters queued again (pushAhead) form a run at its head, in the
+// order they came back: ahead is the last of that run, nil when there is
+// none. pushBack adds at the tail, pushAhead at the end of the run, and
+// remove keeps the run unbroken at the head.
 type waitQueue[T any] struct {
 	head, tail *waiter[T]
+	ahead      *waiter[T]
 	n          int
 }
 
@@ -105,18 +111,28 @@ func (q *waitQueue[T]) pushBack(w *waiter[T]) {
 	q.n++
 }
 
-func (q *waitQueue[T]) pushFront(w *waiter[T]) {
-	w.prev, w.next = nil, q.head
-	if q.head == nil {
+// pushAhead queues w ahead of every waiter but those queued ahead before
+// it: at the end of the run at the head.
+func (q *waitQueue[T]) pushAhead(w *waiter[T]) {
+	w.prev = q.ahead
+	if w.prev == nil {
+		w.next, q.head = q.head, w
+	} else {
+		w.next, w.prev.next = w.prev.next, w
+	}
+	if w.next == nil {
 		q.tail = w
 	} else {
-		q.head.prev = w
+		w.next.prev = w
 	}
-	q.head = w
+	q.ahead = w
 	q.n++
 }
 
 func (q *waitQueue[T]) remove(w *waiter[T]) {
+	if w == q.ahead {
+		q.ahead = w.prev // in the run too, or nil: the run is at the head
+	}
 	if w.prev == nil {
 		q.head = w.next
 	} else {
@@ -199,12 +215,11 @@ type waitChoice uint8
 const (
 	mayWait waitChoice = iota // Lease, Do: at the tail, within MaxQueuedLeases
 	noWait                    // TryLease: not at all
-	// againAtHead: a lease that waited and was served, whose item failed
-	// its check: it was first in line, so it waits at the head, and
-	// MaxQueuedLeases, which it passed once, does not refuse it. Several
-	// such leases are served newest first; each was ahead of every lease
-	// that queued after it.
-	againAtHead
+	// waitAgain: a Lease whose idle item failed its judgement. Holding a
+	// permit, it came before every lease that waits now (nobody takes a
+	// permit past the queue), so it queues ahead of them, behind those
+	// that queued again before it, and MaxQueuedLeases does not refuse it.
+	waitAgain
 )
 
 // acquire takes a permit and the newest idle entry (admitted), or a bare
@@ -215,7 +230,7 @@ const (
 // critical section and returns its waiter, for await (queued); unless the
 // caller would not wait, when the lease is refused, or maxQueued leases
 // wait already (refusedQueueFull), or its ctx has ended (refusedCanceled).
-// A lease that waits againAtHead queues at the head, whatever maxQueued.
+// A lease that waits again queues ahead (pushAhead), whatever maxQueued.
 // A closed gate refuses every lease.
 func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) (e *entry[T], w *waiter[T], a admission) {
 	g.lock()
@@ -243,7 +258,7 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 		g.unlock()
 		return e, nil, a
 	}
-	if g.maxQueued > 0 && g.waiters.n >= g.maxQueued && wait != againAtHead {
+	if g.maxQueued > 0 && g.waiters.n >= g.maxQueued && wait != waitAgain {
 		g.unlock()
 		return nil, nil, refusedQueueFull
 	}
@@ -257,8 +272,8 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 	}
 	w = g.newWaiter()
 	preemptOff()
-	if wait == againAtHead {
-		g.waiters.pushFront(w)
+	if wait == waitAgain {
+		g.waiters.pushAhead(w)
 		g.queuedLocked()
 	} else {
 		g.enqueueLocked(w)

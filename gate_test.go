@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"regexp"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -549,6 +550,14 @@ func TestMaxQueuedLeasesRefusesOneMore(t *testing.T) {
 // first, within testWait.
 func awaitAny(t *testing.T, chs []<-chan leaseOutcome) leaseOutcome {
 	t.Helper()
+	_, o := awaitWhich(t, chs...)
+	return o
+}
+
+// awaitWhich is awaitAny that also says which lease ended: its index in
+// chs.
+func awaitWhich(t *testing.T, chs ...<-chan leaseOutcome) (int, leaseOutcome) {
+	t.Helper()
 	cases := make([]reflect.SelectCase, 0, len(chs)+1)
 	for _, ch := range chs {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
@@ -556,7 +565,7 @@ func awaitAny(t *testing.T, chs []<-chan leaseOutcome) leaseOutcome {
 	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(testWait))})
 	i, v, _ := reflect.Select(cases)
 	require.Less(t, i, len(chs), "no lease returned")
-	return v.Interface().(leaseOutcome)
+	return i, v.Interface().(leaseOutcome)
 }
 
 // stormSlack bounds how long past its deadline a lease of
@@ -841,4 +850,247 @@ func TestMaxQueuedLeasesShedsAtOnce(t *testing.T) {
 	assert.LessOrEqual(t, s.Waits, s.Leases, "%+v", s)
 	assert.Zero(t, s.QueuedLeases, "%+v", s)
 	assertAtRest(t, p)
+}
+
+// errNotReady is the check's error of an item that failOnDemand fails.
+var errNotReady = errors.New("not ready")
+
+// failOnDemand makes lp, a pool's Preparer, check each of items when the
+// test says: the check tells checking[c] that it has begun, and fails with
+// the error the test sends on verdict[c] (nil passes it). Every other item
+// passes.
+func failOnDemand(lp *testPreparer, items ...*conn) (checking map[*conn]chan struct{}, verdict map[*conn]chan error) {
+	checking, verdict = map[*conn]chan struct{}{}, map[*conn]chan error{}
+	for _, c := range items {
+		checking[c], verdict[c] = make(chan struct{}), make(chan error)
+	}
+	lp.set(func(_ context.Context, c *conn) (bool, error) {
+		if _, ok := checking[c]; !ok {
+			return true, nil
+		}
+		checking[c] <- struct{}{}
+		err := <-verdict[c]
+		return err == nil, err
+	}, nil)
+	return checking, verdict
+}
+
+// TestRequeuedLeasesKeepTheirOrder: leases that wait again after their
+// items failed their checks are served before every lease that queued
+// after them, and among themselves in the order they came back to the
+// queue ("Waiting and errors"). Two leases are handed an item each and a
+// third queues; the items' checks fail, the first's first, and their
+// Destroy calls, held until both leases wait again, then end one at a
+// time, each giving its room to the oldest waiter.
+func TestRequeuedLeasesKeepTheirOrder(t *testing.T) {
+	lp := &testPreparer{}
+	destroyed := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 2, Preparer: lp, Destroy: func(c *conn) error {
+		if ch, ok := destroyed[c.id]; ok {
+			<-ch
+		}
+		return c.Close()
+	}})
+	t.Cleanup(func() { // before Close, which waits for them
+		for _, ch := range destroyed {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+	})
+	h1, h2 := mustLease(t, p), mustLease(t, p)
+	c1, c2 := h1.Value(), h2.Value()
+	require.Equal(t, []int{1, 2}, []int{c1.id, c2.id})
+	checking, verdict := failOnDemand(lp, c1, c2)
+
+	a1 := leaseAsync(bg, p)
+	waitQueued(t, p, 1)
+	a2 := leaseAsync(bg, p)
+	waitQueued(t, p, 2)
+	h1.Release() // to a1
+	recvOrFail(t, checking[c1], "a1's check")
+	h2.Release() // to a2
+	recvOrFail(t, checking[c2], "a2's check")
+	b := leaseAsync(bg, p)
+	waitQueued(t, p, 1)
+
+	verdict[c1] <- errNotReady
+	waitQueued(t, p, 2) // a1 waits again
+	verdict[c2] <- errNotReady
+	waitQueued(t, p, 3) // and a2
+
+	for want, id := range []int{1, 2} {
+		close(destroyed[id]) // its room goes to the oldest waiter
+		i, o := awaitWhich(t, a1, a2, b)
+		if o.err == nil {
+			defer o.l.Release()
+		}
+		require.NoError(t, o.err)
+		require.Equal(t, want, i, "the room of item %d went to lease %d (0: a1, 1: a2, 2: b)", id, i)
+	}
+	assert.Equal(t, 1, p.Stats().QueuedLeases, "b waits still")
+}
+
+// TestLeaseTimeoutCountsFromTheCall: LeaseTimeout bounds every wait of a
+// lease together, from its call: a lease whose item fails its check waits
+// again only for what is left of it, and ErrLeaseTimeout's message gives
+// the time since the call (Options.LeaseTimeout; "Waiting and errors").
+// The lease waits a moment for its item, or takes it idle, checks it until
+// 80% of LeaseTimeout has passed, and waits again for a room that the
+// failed item's Destroy keeps. Had that wait a LeaseTimeout of its own,
+// the lease would return after 180% of it; it returns after 100%, plus
+// what the timer and the scheduler take, which on a loaded machine is much
+// less than the 80% allowed.
+func TestLeaseTimeoutCountsFromTheCall(t *testing.T) {
+	const leaseTimeout = 500 * time.Millisecond
+	for name, queued := range map[string]bool{"handed its item": true, "took its item idle": false} {
+		t.Run(name, func(t *testing.T) {
+			lp := &testPreparer{}
+			destroyed := make(chan struct{})
+			p, _ := newTracked(t, Options[*conn]{Name: "counted", MaxSize: 1, LeaseTimeout: leaseTimeout, Preparer: lp,
+				Destroy: func(c *conn) error {
+					<-destroyed
+					return c.Close()
+				}})
+			t.Cleanup(func() { close(destroyed) }) // before Close, which waits for it
+			held := mustLease(t, p)
+			item := held.Value()
+			checking, verdict := failOnDemand(lp, item)
+			if !queued {
+				held.Release()
+			}
+
+			called := time.Now()
+			got := leaseAsync(bg, p)
+			if queued {
+				waitQueued(t, p, 1)
+				held.Release()
+			}
+			recvOrFail(t, checking[item], "the check")
+			time.Sleep(time.Until(called.Add(leaseTimeout * 8 / 10)))
+			verdict[item] <- errNotReady
+			o := awaitLease(t, got)
+			took := time.Since(called)
+
+			require.ErrorIs(t, o.err, ErrLeaseTimeout)
+			assert.GreaterOrEqual(t, took, leaseTimeout, "the lease gave up early")
+			assert.Less(t, took, leaseTimeout*18/10, "the last wait was not bounded by what was left of LeaseTimeout")
+			waits := 1
+			if queued {
+				waits = 2
+			}
+			assert.EqualValues(t, waits, p.Stats().Waits)
+			m := regexp.MustCompile(`every item stayed in use \(MaxSize 1\) for (\S+);`).FindStringSubmatch(o.err.Error())
+			require.NotNil(t, m, "%v", o.err)
+			d, err := time.ParseDuration(m[1])
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, d, leaseTimeout, "the message gives the time since the call: %v", o.err)
+		})
+	}
+}
+
+// TestLeaseTimeoutPastItsDeadline: a lease whose item fails its check
+// after LeaseTimeout has passed since its call does not wait again: it
+// fails with ErrLeaseTimeout, whose message gives the time since the call;
+// but it still takes an item that it finds idle (Options.LeaseTimeout;
+// "Waiting and errors"). The check itself is not cut short.
+func TestLeaseTimeoutPastItsDeadline(t *testing.T) {
+	const leaseTimeout = 20 * time.Millisecond
+	for name, idle := range map[string]bool{"none idle": false, "another idle": true} {
+		t.Run(name, func(t *testing.T) {
+			lp := &testPreparer{}
+			destroyed := make(chan struct{})
+			p, tr := newTracked(t, Options[*conn]{Name: "late", MaxSize: 2, LeaseTimeout: leaseTimeout, Preparer: lp,
+				Destroy: func(c *conn) error {
+					<-destroyed
+					return c.Close()
+				}})
+			t.Cleanup(func() { close(destroyed) }) // before Close, which waits for it
+			held, other := mustLease(t, p), mustLease(t, p)
+			item, otherItem := held.Value(), other.Value()
+			checking, verdict := failOnDemand(lp, item)
+			got := leaseAsync(bg, p)
+			waitQueued(t, p, 1)
+			// The lease read its clock before it queued, so before now.
+			waitedAt := time.Now()
+			held.Release() // to the lease, which checks it
+			recvOrFail(t, checking[item], "the check")
+			if idle {
+				other.Release()
+			} else {
+				defer other.Release()
+			}
+			time.Sleep(time.Until(waitedAt.Add(5 * leaseTimeout)))
+			verdict[item] <- errNotReady
+			o := awaitLease(t, got)
+
+			s := p.Stats()
+			if idle {
+				require.NoError(t, o.err, "an item idle is taken without waiting")
+				assert.Same(t, otherItem, o.l.Value())
+				o.l.Release()
+				assert.EqualValues(t, 1, s.Waits, "%+v", s)
+				return
+			}
+			require.ErrorIs(t, o.err, ErrLeaseTimeout)
+			m := regexp.MustCompile(`^pool: lease timeout: pool "late": every item stayed in use \(MaxSize 2\) for (\S+); [01] leases waiting, 0 items being created, 1 being destroyed$`).
+				FindStringSubmatch(o.err.Error())
+			require.NotNil(t, m, "%v", o.err)
+			d, err := time.ParseDuration(m[1])
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, d, 5*leaseTimeout, "the message gives the time since the call: %v", o.err)
+			assert.EqualValues(t, 1, s.Timeouts, "%+v", s)
+			assert.EqualValues(t, 2, tr.created.Load(), "nothing created for the lease that timed out")
+		})
+	}
+}
+
+// TestWaitQueueAhead: the waiters queued again form a run at the head, in
+// the order they came back, ahead of the rest, however waiters leave it.
+func TestWaitQueueAhead(t *testing.T) {
+	var q waitQueue[int]
+	ws, names := map[string]*waiter[int]{}, map[*waiter[int]]string{}
+	w := func(name string) *waiter[int] {
+		if ws[name] == nil {
+			ws[name] = &waiter[int]{}
+			names[ws[name]] = name
+		}
+		return ws[name]
+	}
+	// order lists the queue from its head, and checks it from its tail.
+	order := func() (fwd []string) {
+		var back []string
+		for x := q.head; x != nil; x = x.next {
+			fwd = append(fwd, names[x])
+		}
+		for x := q.tail; x != nil; x = x.prev {
+			back = append([]string{names[x]}, back...)
+		}
+		require.Equal(t, fwd, back, "the links agree")
+		require.Len(t, fwd, q.n)
+		return fwd
+	}
+	q.pushBack(w("b1"))
+	q.pushAhead(w("a1"))
+	q.pushBack(w("b2"))
+	q.pushAhead(w("a2"))
+	assert.Equal(t, []string{"a1", "a2", "b1", "b2"}, order())
+	q.remove(w("a2")) // the last of the run
+	q.pushAhead(w("a3"))
+	assert.Equal(t, []string{"a1", "a3", "b1", "b2"}, order())
+	q.remove(w("a1")) // the first of the run
+	q.pushAhead(w("a4"))
+	assert.Equal(t, []string{"a3", "a4", "b1", "b2"}, order())
+	q.remove(w("a3"))
+	q.remove(w("a4")) // the run is gone
+	q.remove(w("b2")) // the tail
+	q.pushAhead(w("a5"))
+	assert.Equal(t, []string{"a5", "b1"}, order())
+	q.remove(w("b1"))
+	q.remove(w("a5"))
+	q.pushAhead(w("a6")) // into an empty queue
+	q.pushBack(w("b3"))
+	assert.Equal(t, []string{"a6", "b3"}, order())
 }

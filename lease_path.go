@@ -180,10 +180,10 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		var t errType
 		var why reason
 		var err error
-		e, t, why, err = p.takeReady(ctx, e, tm)
+		e, t, why, err = p.takeReady(ctx, e, &lw, tm)
 		if err == errAnotherRoom {
 			failed := e
-			e, w, a = p.anotherRoom(ctx, wait, &lw)
+			e, w, a = p.anotherRoom(ctx, wait)
 			p.destroyLater(failed, why, nil) // after: the room it frees may be the lease's
 			continue
 		}
@@ -203,7 +203,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 			p.wantSpares()
 		}
 		if p.m != nil {
-			p.lentMetrics(ctx, e, k, lw.since != 0, lw.waited)
+			p.lentMetrics(ctx, e, k, lw.queued, lw.waited)
 		}
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
@@ -220,21 +220,41 @@ func (p *Pool[T]) lentMetrics(ctx context.Context, e *entry[T], k uint64, queued
 	}
 }
 
-// leaseWaits is what a slow lease knows of its waits: their sum, and when
-// the first began (the monotonic clock; 0: it has not waited), from which
-// LeaseTimeout bounds every later wait.
+// leaseWaits is what a slow lease knows of its waits: whether it queued,
+// their sum, and since when LeaseTimeout counts (the monotonic clock; 0:
+// not read yet). The clock is read before the lease spends time a later
+// wait must count, its first wait or its first check of an idle item:
+// what it did before took too little to be worth a clock read per lease.
 type leaseWaits struct {
+	queued bool
 	waited time.Duration
 	since  int64
 }
 
+// start reads the clock for LeaseTimeout, if needed and not read yet.
+func (lw *leaseWaits) start(needed bool) {
+	if needed && lw.since == 0 {
+		lw.since = monotime()
+	}
+}
+
+// left is what remains of LeaseTimeout d for the lease's next wait: at
+// least a nanosecond, so that the gate's own timeout ends a wait begun
+// late; 0 (none) when d is.
+func (lw *leaseWaits) left(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	lw.start(true)
+	return max(d-time.Duration(monotime()-lw.since), 1)
+}
+
 // anotherRoom asks the gate for another room, for a lease whose idle item
-// failed its judgement: a lease that waited was first in line when it was
-// served, so it queues again at the head, past MaxQueuedLeases (againAtHead);
-// any other asks as a new lease does.
-func (p *Pool[T]) anotherRoom(ctx context.Context, wait waitChoice, lw *leaseWaits) (*entry[T], *waiter[T], admission) {
-	if lw.since != 0 {
-		wait = againAtHead
+// failed its judgement: one that may wait queues again ahead of the leases
+// that came after it (waitAgain).
+func (p *Pool[T]) anotherRoom(ctx context.Context, wait waitChoice) (*entry[T], *waiter[T], admission) {
+	if wait == mayWait {
+		wait = waitAgain
 	}
 	return p.g.acquire(ctx, wait, false)
 }
@@ -258,17 +278,11 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 // wait waits, for the lease that the gate queued as w, until it grants a
 // room, which may come with an item (the gate counts the wait, and wait
 // adds it to lw, and to tm); when the wait ends otherwise, it fails the
-// lease with the error its end calls for. LeaseTimeout counts from the
-// lease's first wait: a later wait gets what is left of it (at least a
-// nanosecond, so that the gate's own timeout ends it).
+// lease with the error its end calls for. Each wait gets what is left of
+// LeaseTimeout (lw.left).
 func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lw *leaseWaits, tm *leaseTimes) (*entry[T], error) {
-	timeout := p.opts.LeaseTimeout
-	if lw.since == 0 {
-		lw.since = monotime()
-	} else if timeout > 0 {
-		timeout = max(timeout-time.Duration(monotime()-lw.since), 1)
-	}
-	e, d, expired, err := p.g.await(ctx, w, timeout)
+	lw.queued = true
+	e, d, expired, err := p.g.await(ctx, w, lw.left(p.opts.LeaseTimeout))
 	lw.waited += d
 	if tm != nil {
 		tm.wait = lw.waited
@@ -295,7 +309,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lw *leaseWaits, tm *le
 }
 
 // timeoutError is ErrLeaseTimeout for a lease that has been waiting for
-// waited, since its first wait: it says what the pool was doing.
+// waited, its waits and checks together: it says what the pool was doing.
 func (p *Pool[T]) timeoutError(waited time.Duration) error {
 	queued, size, dying := p.g.queueAndSize()
 	return fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v; %d leases waiting, %d items being created, %d being destroyed",
@@ -316,7 +330,7 @@ var errAnotherRoom = errors.New("pool: another room")
 // caller's still, to create one. On another error the room has gone (with
 // the item, or back), also on a panic or Goexit of user code; failed says
 // which step failed.
-func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], tm *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
+func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lw *leaseWaits, tm *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
 	if e == nil {
 		if e = p.g.takeIdle(); e == nil {
 			return nil, 0, 0, nil
@@ -334,7 +348,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], tm *leaseTimes) (_
 			p.destroyExpired(now)
 		}
 	}
-	v, why, err := p.judge(ctx, e, now, tm)
+	v, why, err := p.judge(ctx, e, now, lw, tm)
 	settled = true
 	switch v {
 	case lendIt:
@@ -364,8 +378,8 @@ const (
 // for an item only idle too long that keepsFloor keeps); else check it with
 // the Preparer when it is due a check (needsCheck), and destroy it when the
 // check fails. The error is the check's, or the ctx's when it ended before
-// the check.
-func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, tm *leaseTimes) (verdict, reason, error) {
+// the check. A check is time the lease's LeaseTimeout counts (lw.start).
+func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lw *leaseWaits, tm *leaseTimes) (verdict, reason, error) {
 	if p.retired(e) {
 		return destroyIt, reasonClear, nil
 	}
@@ -383,6 +397,7 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, tm *leaseTi
 			p.endJudging(e)
 			return spareIt, 0, err
 		}
+		lw.start(p.opts.LeaseTimeout > 0)
 		start := p.startTimer(tm)
 		err := p.prepare(ctx, e)
 		if tm != nil {

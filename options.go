@@ -75,18 +75,18 @@ type Options[T any] struct {
 	// would wait behind MaxQueuedLeases others fails at once with
 	// ErrExhausted, whose message names the cap, and is counted in
 	// Stats.Refused; a service under overload so fails fast rather than
-	// piling up goroutines. A waiting lease whose item failed its check
-	// waits again at the head of the queue, past the cap it passed once,
-	// so up to one such lease for each item may wait beyond it.
+	// piling up goroutines. A lease whose item failed its check waits
+	// again ahead of the others, past the cap, so up to one such lease for
+	// each item may wait beyond it.
 	// SetMaxSize leaves it as it is. At least 0.
 	// Default 0: no cap.
 	MaxQueuedLeases int
 
 	// LeaseTimeout bounds the wait for an item when all MaxSize are in use;
-	// it elapses as ErrLeaseTimeout. It counts from the start of the lease's
-	// first wait and bounds all its waits together: a lease whose item
-	// failed its check and that waits again gets only what is left. A check
-	// or creation under way when it elapses is bounded by PreparationTimeout
+	// it elapses as ErrLeaseTimeout. It counts from the Lease call and
+	// bounds all the lease's waits together, with its checks of items that
+	// failed: a lease that waits again gets only what is left. A check or
+	// creation under way when it elapses is bounded by PreparationTimeout
 	// and CreateTimeout instead. 0: wait until the caller's ctx ends.
 	LeaseTimeout time.Duration
 
