@@ -204,6 +204,12 @@ func TestLeakThresholdReportLatency(t *testing.T) {
 		each    = 10
 		slack   = 50 * time.Millisecond // the scheduling delay allowed past 1.5 × LeakThreshold, on a loaded machine
 	)
+	// A stall of the whole process (a loaded machine, a long pause) delays
+	// the watcher's timer as much: the bound allows for the longest seen.
+	var stall atomic.Int64
+	stop := make(chan struct{})
+	defer close(stop)
+	go watchStalls(stop, &stall)
 	for _, cfg := range hdConfigs {
 		t.Run(cfg.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -252,7 +258,7 @@ func TestLeakThresholdReportLatency(t *testing.T) {
 			t.Logf("%d long leases, LeakThreshold %v: reported after min %v (%.3f×), median %v (%.3f×), max %v (%.3f×)",
 				len(lat), lt, lo, ratio(lo, lt), med, ratio(med, lt), hi, ratio(hi, lt))
 			assert.GreaterOrEqual(t, lo, lt, "a lease reported before LeakThreshold")
-			assert.LessOrEqual(t, hi, lt*3/2+slack, "a lease reported later than 1.5 × LeakThreshold")
+			assert.LessOrEqual(t, hi, lt*3/2+slack+time.Duration(stall.Load()), "a lease reported later than 1.5 × LeakThreshold (the longest stall: %v)", time.Duration(stall.Load()))
 		})
 	}
 }
