@@ -18,9 +18,9 @@ import (
 
 // Options: defaults, validation, and decoding from configuration.
 //
-// The invariant: the field table (fields) is the one list of the
-// configurable fields; the JSON keys, the encoder, the defaults and the
-// duration checks are derived from it, and a key that names no field, or a
+// The invariant: the Options struct is the one list of the configurable
+// fields, those not tagged json:"-"; the JSON keys, the encoder and the
+// duration checks read it by reflection, and a key that names no field, or a
 // value of the wrong form, is an error that names the key, never a silent
 // zero.
 
@@ -236,9 +236,11 @@ func (o Options[T]) Validate() error {
 // withDefaults returns o with the defaults filled in and checks the result:
 // Validate's checks, and the ones New applies.
 func (o Options[T]) withDefaults() (Options[T], error) {
-	fields := o.fields()
-	for _, f := range fields {
-		f.fillDefault()
+	if o.Name == "" {
+		o.Name = defaultName[T]()
+	}
+	if o.MaxSize == 0 {
+		o.MaxSize = DefaultMaxSize
 	}
 	// A typed nil in an interface is no value: a nil *sdkmetric.MeterProvider
 	// would panic inside the SDK, a nil Preparer on every lease.
@@ -254,9 +256,10 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	if err := o.checkCounts(); err != nil {
 		return o, err
 	}
-	for _, f := range fields {
-		if d, ok := f.ptr.(*time.Duration); ok && *d < 0 {
-			return o, fmt.Errorf("%w: %s is %v, must not be negative (0 means no limit)", ErrInvalidOptions, f.name, *d)
+	v := reflect.ValueOf(o)
+	for i := range v.NumField() {
+		if d, ok := v.Field(i).Interface().(time.Duration); ok && d < 0 {
+			return o, fmt.Errorf("%w: %s is %v, must not be negative (0 means no limit)", ErrInvalidOptions, v.Type().Field(i).Name, d)
 		}
 	}
 	if o.MaxLifetimeJitter > 0 && o.MaxLifetime == 0 {
@@ -322,90 +325,26 @@ func (o Options[T]) checkCounts() error {
 	return nil
 }
 
-// optionField is one field of Options that a configuration can set: its
-// name, which is also its JSON key; where it lives in one Options value;
-// and the value it takes when left zero (nil: zero stays zero).
-type optionField struct {
-	name string
-	ptr  any // *string, *int, *bool or *time.Duration
-	def  any // of the type ptr points to
+// configurable reports whether a configuration may set the Options field
+// f: every field but those tagged json:"-", which are set in code only.
+func configurable(f reflect.StructField) bool {
+	return f.Tag.Get("json") != "-"
 }
 
-// fields is the table of the configurable fields of o, in the order
-// MarshalJSON writes them. Everything that treats the fields one by one is
-// derived from it: the keys UnmarshalJSON reads, what MarshalJSON writes,
-// the defaults and the check that no duration is negative. A new field
-// that is neither function- nor interface-valued is added here, and
-// TestOptionsUnmarshalJSONKnowsEveryField fails until it is. Fields tagged
-// json:"-" stay out: they are set in code only.
-func (o *Options[T]) fields() []optionField {
-	return []optionField{
-		{name: "Name", ptr: &o.Name, def: defaultName[T]()},
-		{name: "MinSize", ptr: &o.MinSize},
-		{name: "MaxSize", ptr: &o.MaxSize, def: DefaultMaxSize},
-		{name: "MinIdle", ptr: &o.MinIdle},
-		{name: "MaxQueuedLeases", ptr: &o.MaxQueuedLeases},
-		{name: "LeaseTimeout", ptr: &o.LeaseTimeout},
-		{name: "PreparationTimeout", ptr: &o.PreparationTimeout},
-		{name: "CreateTimeout", ptr: &o.CreateTimeout},
-		{name: "DestroyTimeout", ptr: &o.DestroyTimeout},
-		{name: "IdleTimeout", ptr: &o.IdleTimeout},
-		{name: "MaxLifetime", ptr: &o.MaxLifetime},
-		{name: "CheckAfterIdle", ptr: &o.CheckAfterIdle},
-		{name: "MaxLifetimeJitter", ptr: &o.MaxLifetimeJitter},
-		{name: "UpkeepInterval", ptr: &o.UpkeepInterval},
-		{name: "LeakThreshold", ptr: &o.LeakThreshold},
-		{name: "TrackLeaseSites", ptr: &o.TrackLeaseSites},
-		{name: "SeedInBackground", ptr: &o.SeedInBackground},
-	}
-}
+// wants says what a config file must hold for a field of each kind that
+// Options has (TestOptionsUnmarshalJSONSaysWhatEveryFieldWants fails for a
+// kind left out); durations are set by setDuration instead.
+var wants = map[reflect.Kind]string{reflect.String: "a string", reflect.Int: "a whole number", reflect.Bool: "true or false"}
 
-// fillDefault sets the field to its default when it is zero.
-func (f optionField) fillDefault() {
-	switch p := f.ptr.(type) {
-	case *string:
-		if *p == "" && f.def != nil {
-			*p = f.def.(string)
-		}
-	case *int:
-		if *p == 0 && f.def != nil {
-			*p = f.def.(int)
-		}
+// setField decodes a JSON value other than null into the configurable
+// field f (of an Options that is thrown away should it fail).
+func setField(f reflect.Value, raw json.RawMessage) error {
+	if d, ok := f.Addr().Interface().(*time.Duration); ok {
+		return setDuration(d, raw)
 	}
-}
-
-// set decodes a JSON value other than null into the field, leaving the
-// field unchanged when it fails.
-func (f optionField) set(raw json.RawMessage) error {
-	switch p := f.ptr.(type) {
-	case *string:
-		return setJSON(p, "a string", raw)
-	case *int:
-		return setJSON(p, "a whole number", raw)
-	case *bool:
-		return setJSON(p, "true or false", raw)
-	default:
-		return setDuration(f.ptr.(*time.Duration), raw)
+	if json.Unmarshal(raw, f.Addr().Interface()) != nil {
+		return wantGot(wants[f.Kind()], raw)
 	}
-}
-
-// marshal writes the field's value as MarshalJSON does: durations as Go
-// duration strings.
-func (f optionField) marshal() ([]byte, error) {
-	if d, ok := f.ptr.(*time.Duration); ok {
-		return json.Marshal(d.String())
-	}
-	return json.Marshal(f.ptr)
-}
-
-// setJSON decodes raw as encoding/json decodes it into a V; want says what
-// a config file must hold instead when it does not fit.
-func setJSON[V any](dst *V, want string, raw json.RawMessage) error {
-	var v V
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return wantGot(want, raw)
-	}
-	*dst = v
 	return nil
 }
 
@@ -490,7 +429,7 @@ func shown(raw []byte) string {
 // key, in document order, is reported.
 func (o *Options[T]) UnmarshalJSON(data []byte) error {
 	next := *o
-	keys := next.fields()
+	fields := reflect.ValueOf(&next).Elem()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	tok, err := dec.Token()
 	if err != nil {
@@ -509,7 +448,7 @@ func (o *Options[T]) UnmarshalJSON(data []byte) error {
 			if err := dec.Decode(&raw); err != nil {
 				return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, key, err)
 			}
-			if err := setKey[T](keys, key, raw); err != nil {
+			if err := setKey(fields, key, raw); err != nil {
 				return err
 			}
 		}
@@ -526,68 +465,37 @@ func (o *Options[T]) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// setKey decodes one key's value into the field of keys it names.
-func setKey[T any](keys []optionField, key string, raw json.RawMessage) error {
-	null := string(bytes.TrimSpace(raw)) == "null"
-	k := findKey(keys, key)
+// setKey decodes one key's value into the field of fields (an Options) it
+// names. No two fields of Options differ only in case, so matching without
+// regard to case finds at most one, the one encoding/json would.
+func setKey(fields reflect.Value, key string, raw json.RawMessage) error {
+	f, ok := fields.Type().FieldByNameFunc(func(name string) bool { return strings.EqualFold(name, key) })
 	switch {
-	case k != nil && null:
+	case !ok:
+		if near := nearestKey(fields.Type(), key); near != "" {
+			return fmt.Errorf("%w: unknown key %q (did you mean %q?)", ErrInvalidOptions, key, near)
+		}
+		return fmt.Errorf("%w: unknown key %q", ErrInvalidOptions, key)
+	case string(bytes.TrimSpace(raw)) == "null":
 		return nil
-	case k != nil:
-		if err := k.set(raw); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, k.name, err)
-		}
-		return nil
+	case !configurable(f):
+		return fmt.Errorf("%w: %s can only be set in code, not from configuration", ErrInvalidOptions, f.Name)
 	}
-	if field := codeOnlyField[T](key); field != "" {
-		if null {
-			return nil
-		}
-		return fmt.Errorf("%w: %s can only be set in code, not from configuration", ErrInvalidOptions, field)
-	}
-	if near := nearestKey(keys, key); near != "" {
-		return fmt.Errorf("%w: unknown key %q (did you mean %q?)", ErrInvalidOptions, key, near)
-	}
-	return fmt.Errorf("%w: unknown key %q", ErrInvalidOptions, key)
-}
-
-// findKey returns the key that key names: the exact name, else one that
-// differs only in case, which is how encoding/json matches field names.
-func findKey(keys []optionField, key string) *optionField {
-	for i := range keys {
-		if keys[i].name == key {
-			return &keys[i]
-		}
-	}
-	for i := range keys {
-		if strings.EqualFold(keys[i].name, key) {
-			return &keys[i]
-		}
+	if err := setField(fields.FieldByIndex(f.Index), raw); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, f.Name, err)
 	}
 	return nil
 }
 
-// codeOnlyField returns the name of the Options field tagged json:"-" that
-// key names without regard to case, or "" when there is none. It reads the
-// tags rather than a list, so that a code-only field added later is known
-// at once.
-func codeOnlyField[T any](key string) string {
-	t := reflect.TypeFor[Options[T]]()
-	for i := range t.NumField() {
-		if f := t.Field(i); f.Tag.Get("json") == "-" && strings.EqualFold(f.Name, key) {
-			return f.Name
-		}
-	}
-	return ""
-}
-
-// nearestKey returns the configurable key closest to an unknown one, when
-// it is a likely typo of it (at most two edits away), or "".
-func nearestKey(keys []optionField, key string) string {
+// nearestKey returns the configurable field of the struct type t closest to
+// an unknown key, when it is a likely typo of it (at most two edits away),
+// or "".
+func nearestKey(t reflect.Type, key string) string {
 	best, bestDist := "", 3
-	for _, k := range keys {
-		if d := editDistance(key, k.name, bestDist); d < bestDist {
-			best, bestDist = k.name, d
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if d := editDistance(key, f.Name, bestDist); d < bestDist && configurable(f) {
+			best, bestDist = f.Name, d
 		}
 	}
 	return best
@@ -627,25 +535,30 @@ func editDistance(a, b string, limit int) int {
 	return min(d[len(s)][len(t)], limit)
 }
 
-// MarshalJSON encodes the configurable fields of o, durations as Go
-// duration strings, in the form UnmarshalJSON reads. An empty Name is left
-// out.
+// MarshalJSON encodes the configurable fields of o, in the order Options
+// declares them, durations as Go duration strings, in the form
+// UnmarshalJSON reads. An empty Name is left out.
 func (o Options[T]) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
-	for _, f := range o.fields() {
-		if f.name == "Name" && o.Name == "" {
+	v := reflect.ValueOf(o)
+	for i := range v.NumField() {
+		f, value := v.Type().Field(i), v.Field(i).Interface()
+		if !configurable(f) || f.Name == "Name" && o.Name == "" {
 			continue
 		}
-		v, err := f.marshal()
+		if d, ok := value.(time.Duration); ok {
+			value = d.String()
+		}
+		js, err := json.Marshal(value)
 		if err != nil {
 			return nil, err
 		}
 		if b.Len() > 1 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%q:", f.name)
-		b.Write(v)
+		fmt.Fprintf(&b, "%q:", f.Name)
+		b.Write(js)
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil

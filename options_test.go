@@ -423,8 +423,8 @@ func TestOptionsUnmarshalJSONRejectsMalformedInput(t *testing.T) {
 }
 
 // Every Options field is either tagged json:"-" and refused as code-only,
-// or a key UnmarshalJSON reads: a configurable field added to Options but
-// not to the fields table (Options.fields) fails here.
+// or a key UnmarshalJSON reads: a configurable field added to Options that
+// UnmarshalJSON cannot decode, or that a key cannot name, fails here.
 func TestOptionsUnmarshalJSONKnowsEveryField(t *testing.T) {
 	typ := reflect.TypeFor[Options[*conn]]()
 	for i := range typ.NumField() {
@@ -441,6 +441,19 @@ func TestOptionsUnmarshalJSONKnowsEveryField(t *testing.T) {
 				assert.ErrorContains(t, err, "pool: invalid options: "+f.Name+": want ")
 			}
 		})
+	}
+}
+
+// A refusal says what the field wants, whatever the field's type: a
+// configurable field of a type UnmarshalJSON has no words for fails here.
+func TestOptionsUnmarshalJSONSaysWhatEveryFieldWants(t *testing.T) {
+	typ := reflect.TypeFor[Options[*conn]]()
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.Tag.Get("json") != "-" {
+			var o Options[*conn]
+			err := json.Unmarshal([]byte(`{"`+f.Name+`": {}}`), &o)
+			assert.Regexp(t, `^pool: invalid options: `+f.Name+`: want [^,]+, got \{\}$`, err)
+		}
 	}
 }
 
@@ -495,6 +508,37 @@ func TestOptionsMarshalJSONWritesDurationStrings(t *testing.T) {
 		assert.Equal(t, float64(20), m["MaxSize"], "%s", b)
 		assert.NotContains(t, m, "Reset")
 		assert.NotContains(t, m, "Preparer")
+	}
+}
+
+// MarshalJSON writes the configurable fields in the order Options declares
+// them, and leaves out an empty Name (see Options.MarshalJSON).
+func TestOptionsMarshalJSONWritesFieldsInOrder(t *testing.T) {
+	var want []string
+	typ := reflect.TypeFor[Options[*conn]]()
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.Tag.Get("json") != "-" {
+			want = append(want, f.Name)
+		}
+	}
+	for _, o := range []Options[*conn]{optFull, {}} {
+		b, err := json.Marshal(o)
+		require.NoError(t, err)
+		dec := json.NewDecoder(bytes.NewReader(b))
+		_, err = dec.Token() // the opening brace
+		require.NoError(t, err)
+		var got []string
+		for dec.More() {
+			key, err := dec.Token()
+			require.NoError(t, err)
+			got = append(got, key.(string))
+			require.NoError(t, dec.Decode(new(json.RawMessage)))
+		}
+		if o.Name == "" {
+			assert.Equal(t, want[1:], got, "%s", b)
+		} else {
+			assert.Equal(t, want, got, "%s", b)
+		}
 	}
 }
 
@@ -570,6 +614,21 @@ func TestOptionsFromConfigDocument(t *testing.T) {
 	assert.Equal(t, time.Second, write.opts.LeaseTimeout)
 	assert.Equal(t, time.Minute, read.opts.IdleTimeout)
 	assert.Equal(t, time.Minute, write.opts.IdleTimeout)
+}
+
+// Validate refuses a negative duration in every duration field of Options,
+// naming the field (see the doc comments of the fields: 0 means none).
+func TestOptionsValidateRefusesEveryNegativeDuration(t *testing.T) {
+	typ := reflect.TypeFor[Options[*conn]]()
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.Type == reflect.TypeFor[time.Duration]() {
+			var o Options[*conn]
+			reflect.ValueOf(&o).Elem().Field(i).SetInt(-1)
+			err := o.Validate()
+			assert.ErrorIs(t, err, ErrInvalidOptions, f.Name)
+			assert.ErrorContains(t, err, f.Name+" is -1ns, must not be negative")
+		}
+	}
 }
 
 // Validate runs New's checks (doc.go, "Configuration"): what New refuses,
