@@ -179,12 +179,12 @@ type leakSite struct {
 }
 
 // leakSiteSkip makes runtime.Callers start at the caller of Lease,
-// TryLease or Do: it skips Callers, recordSite and Lease (or TryLease, or
-// Do), which calls recordSite itself. The walk reads each frame's tables
-// from the start of its function, so starting it from Lease, a small
-// function, and not from deep inside the lease path, keeps it cheap.
+// TryLease or Do: it skips Callers, recordSite, leaseCall and Lease (or
+// TryLease, or Do), which calls leaseCall directly. The walk reads each
+// frame's tables from the start of its function, so starting it near the
+// caller, not from deep inside the lease path, keeps it cheap.
 // TestLeakReportNamesTheLeasingFunction checks it.
-const leakSiteSkip = 3
+const leakSiteSkip = 4
 
 // recordSite notes when and where the lease of e was taken. The walk runs
 // under the lock, straight into the site: a reader waits for one walk at

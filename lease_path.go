@@ -32,31 +32,15 @@ import (
 // is idle. A failed creation or preparation of a fresh item returns its
 // error, wrapped. The caller must end the lease: defer l.Release().
 // Lease panics when ctx is nil.
-func (p *Pool[T]) Lease(ctx context.Context) (l Lease[T], err error) {
-	if p.route.traced {
-		l, err = p.leaseTraced(ctx, mayWait)
-	} else {
-		l, err = p.lease(ctx, mayWait, nil)
-	}
-	if p.route.sited && err == nil {
-		recordSite(l.e) // here, so that the stack walk starts right at the caller
-	}
-	return l, err
+func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
+	return p.leaseCall(ctx, mayWait)
 }
 
 // TryLease is Lease without the wait: when MaxSize items are in use, or
 // other leases already wait for one, it returns ErrExhausted at once. It
 // may still create and prepare an item, within ctx.
-func (p *Pool[T]) TryLease(ctx context.Context) (l Lease[T], err error) {
-	if p.route.traced {
-		l, err = p.leaseTraced(ctx, noWait)
-	} else {
-		l, err = p.lease(ctx, noWait, nil)
-	}
-	if p.route.sited && err == nil {
-		recordSite(l.e)
-	}
-	return l, err
+func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
+	return p.leaseCall(ctx, noWait)
 }
 
 // Do leases an item, calls fn with it and ends the lease: Release when fn
@@ -73,18 +57,9 @@ func (p *Pool[T]) TryLease(ctx context.Context) (l Lease[T], err error) {
 //		return nil
 //	})
 func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
-	var l Lease[T]
-	var err error
-	if p.route.traced {
-		l, err = p.leaseTraced(ctx, mayWait)
-	} else {
-		l, err = p.lease(ctx, mayWait, nil)
-	}
+	l, err := p.leaseCall(ctx, mayWait)
 	if err != nil {
 		return err
-	}
-	if p.route.sited {
-		recordSite(l.e) // here, so that the stack walk starts right at Do's caller
 	}
 	returned := false
 	defer func() {
@@ -102,10 +77,26 @@ func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
 	return err
 }
 
-// lease is Lease and TryLease: the fast path, and the gate's admission for
-// the slow lease. A traced lease passes tm, for the slow lease to fill in;
-// the fast path does nothing it would measure.
-func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, tm *leaseTimes) (Lease[T], error) {
+// leaseCall is the one entry of Lease, TryLease and Do, called by each
+// directly: a traced lease goes through the Tracer (leaseTraced), and with
+// TrackLeaseSites the site of the call is recorded here, leakSiteSkip
+// frames below the caller.
+func (p *Pool[T]) leaseCall(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
+	if p.route.traced {
+		l, err = p.leaseTraced(ctx, wait)
+	} else {
+		l, err = p.lease(ctx, wait, nil)
+	}
+	if p.route.sited && err == nil {
+		recordSite(l.e)
+	}
+	return l, err
+}
+
+// lease is the fast path, and the gate's admission for the slow lease. A
+// traced lease passes lt, for the slow lease to fill in; the fast path
+// does nothing it would measure.
+func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	if ctx == nil {
 		panic(errNilContext)
 	}
@@ -139,7 +130,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, tm *leaseTimes) (L
 				}
 			}
 			procUnpin()
-			return p.leaseSlow(ctx, e, nil, admitted, wait, tm)
+			return p.leaseSlow(ctx, e, nil, admitted, wait, lt)
 		}
 		procUnpin()
 	}
@@ -152,7 +143,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, tm *leaseTimes) (L
 		}
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil // counted by acquire
 	}
-	return p.leaseSlow(ctx, e, w, a, wait, tm)
+	return p.leaseSlow(ctx, e, w, a, wait, lt)
 }
 
 // leaseSlow finishes a lease that the fast path could not, after the gate's
@@ -160,9 +151,13 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, tm *leaseTimes) (L
 // and w is the lease's place in the queue when a is queued. An idle item
 // that fails its judgement goes to its Destroy with the lease's room, and
 // the lease asks the gate for another (wait says whether it may queue for
-// it). With tm, it measures its wait, creation and checks there.
-func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission, wait waitChoice, tm *leaseTimes) (Lease[T], error) {
-	var lw leaseWaits
+// it). It keeps what it knows of itself in one leaseTimes, the caller's
+// when traced (lt), else its own.
+func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
+	var own leaseTimes
+	if lt == nil {
+		lt = &own
+	}
 	for {
 		// Refused at the gate: the lease fails with the reason.
 		if a.refused() {
@@ -171,7 +166,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		// Queued: wait for a room, which may come with an item.
 		if a == queued {
 			var err error
-			if e, err = p.wait(ctx, w, &lw, tm); err != nil {
+			if e, err = p.wait(ctx, w, lt); err != nil {
 				return Lease[T]{}, err
 			}
 		}
@@ -180,7 +175,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		var t errType
 		var why reason
 		var err error
-		e, t, why, err = p.takeReady(ctx, e, &lw, tm)
+		e, t, why, err = p.takeReady(ctx, e, lt)
 		if err == errAnotherRoom {
 			failed := e
 			e, w, a = p.anotherRoom(ctx, wait)
@@ -188,7 +183,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 			continue
 		}
 		if err == nil && e == nil {
-			e, t, err = p.createReady(ctx, tm)
+			e, t, err = p.createReady(ctx, lt)
 		}
 		if err != nil {
 			return p.leaseFailed(ctx, p.failedBy(ctx, t, err), err)
@@ -203,7 +198,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 			p.wantSpares()
 		}
 		if p.m != nil {
-			p.lentMetrics(ctx, e, k, lw.queued, lw.waited)
+			p.lentMetrics(ctx, e, k, lt.queued, lt.wait)
 		}
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
 	}
@@ -220,33 +215,22 @@ func (p *Pool[T]) lentMetrics(ctx context.Context, e *entry[T], k uint64, queued
 	}
 }
 
-// leaseWaits is what a slow lease knows of its waits: whether it queued,
-// their sum, and since when LeaseTimeout counts (the monotonic clock; 0:
-// not read yet). The clock is read before the lease spends time a later
-// wait must count, its first wait or its first check of an idle item:
-// what it did before took too little to be worth a clock read per lease.
-type leaseWaits struct {
-	queued bool
-	waited time.Duration
-	since  int64
-}
-
 // start reads the clock for LeaseTimeout, if needed and not read yet.
-func (lw *leaseWaits) start(needed bool) {
-	if needed && lw.since == 0 {
-		lw.since = monotime()
+func (lt *leaseTimes) start(needed bool) {
+	if needed && lt.since == 0 {
+		lt.since = monotime()
 	}
 }
 
 // left is what remains of LeaseTimeout d for the lease's next wait: at
 // least a nanosecond, so that the gate's own timeout ends a wait begun
 // late; 0 (none) when d is.
-func (lw *leaseWaits) left(d time.Duration) time.Duration {
+func (lt *leaseTimes) left(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	lw.start(true)
-	return max(d-time.Duration(monotime()-lw.since), 1)
+	lt.start(true)
+	return max(d-time.Duration(monotime()-lt.since), 1)
 }
 
 // anotherRoom asks the gate for another room, for a lease whose idle item
@@ -277,16 +261,13 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 
 // wait waits, for the lease that the gate queued as w, until it grants a
 // room, which may come with an item (the gate counts the wait, and wait
-// adds it to lw, and to tm); when the wait ends otherwise, it fails the
-// lease with the error its end calls for. Each wait gets what is left of
-// LeaseTimeout (lw.left).
-func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lw *leaseWaits, tm *leaseTimes) (*entry[T], error) {
-	lw.queued = true
-	e, d, expired, err := p.g.await(ctx, w, lw.left(p.opts.LeaseTimeout))
-	lw.waited += d
-	if tm != nil {
-		tm.wait = lw.waited
-	}
+// adds it to lt); when the wait ends otherwise, it fails the lease with
+// the error its end calls for. Each wait gets what is left of LeaseTimeout
+// (lt.left).
+func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entry[T], error) {
+	lt.queued = true
+	e, d, expired, err := p.g.await(ctx, w, lt.left(p.opts.LeaseTimeout))
+	lt.wait += d
 	if err == nil {
 		return e, nil
 	}
@@ -298,7 +279,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lw *leaseWaits, tm *le
 	var t errType
 	switch {
 	case expired:
-		t, err = errTimeout, p.timeoutError(time.Duration(monotime()-lw.since))
+		t, err = errTimeout, p.timeoutError(time.Duration(monotime()-lt.since))
 	case err == ErrClosed:
 		t, err = errClosed, p.errClosed
 	default:
@@ -330,7 +311,7 @@ var errAnotherRoom = errors.New("pool: another room")
 // caller's still, to create one. On another error the room has gone (with
 // the item, or back), also on a panic or Goexit of user code; failed says
 // which step failed.
-func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lw *leaseWaits, tm *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
+func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
 	if e == nil {
 		if e = p.g.takeIdle(); e == nil {
 			return nil, 0, 0, nil
@@ -348,7 +329,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lw *leaseWaits, tm
 			p.destroyExpired(now)
 		}
 	}
-	v, why, err := p.judge(ctx, e, now, lw, tm)
+	v, why, err := p.judge(ctx, e, now, lt)
 	settled = true
 	switch v {
 	case lendIt:
@@ -378,8 +359,8 @@ const (
 // for an item only idle too long that keepsFloor keeps); else check it with
 // the Preparer when it is due a check (needsCheck), and destroy it when the
 // check fails. The error is the check's, or the ctx's when it ended before
-// the check. A check is time the lease's LeaseTimeout counts (lw.start).
-func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lw *leaseWaits, tm *leaseTimes) (verdict, reason, error) {
+// the check. A check is time the lease's LeaseTimeout counts (lt.start).
+func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTimes) (verdict, reason, error) {
 	if p.retired(e) {
 		return destroyIt, reasonClear, nil
 	}
@@ -397,12 +378,10 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lw *leaseWa
 			p.endJudging(e)
 			return spareIt, 0, err
 		}
-		lw.start(p.opts.LeaseTimeout > 0)
-		start := p.startTimer(tm)
+		lt.start(p.opts.LeaseTimeout > 0)
+		start := p.startTimer(lt)
 		err := p.prepare(ctx, e)
-		if tm != nil {
-			tm.prepare += p.since(start)
-		}
+		p.stopTimer(lt, start, &lt.prepare)
 		if err != nil {
 			return destroyIt, reasonPrepare, err
 		}
@@ -425,7 +404,7 @@ func (p *Pool[T]) endJudging(e *entry[T]) {
 // a Preparer, checks it. On error, and on a panic or Goexit of user code,
 // the room has gone (back, or with the item to its Destroy, or with a
 // creation its caller gave up on); failed says which step failed.
-func (p *Pool[T]) createReady(ctx context.Context, tm *leaseTimes) (_ *entry[T], failed errType, err error) {
+func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T], failed errType, err error) {
 	var e *entry[T]
 	settled := false
 	defer func() {
@@ -434,21 +413,17 @@ func (p *Pool[T]) createReady(ctx context.Context, tm *leaseTimes) (_ *entry[T],
 		}
 	}()
 	var abandoned bool
-	start := p.startTimer(tm)
+	start := p.startTimer(lt)
 	e, abandoned, err = p.create(ctx)
-	if tm != nil {
-		tm.create = p.since(start)
-	}
+	p.stopTimer(lt, start, &lt.create)
 	if err != nil {
 		settled = abandoned // the permit went with the creation
 		return nil, errCreate, err
 	}
 	if p.opts.Preparer != nil {
-		start = p.startTimer(tm)
+		start = p.startTimer(lt)
 		err = p.prepareFresh(ctx, e)
-		if tm != nil {
-			tm.prepare += p.since(start)
-		}
+		p.stopTimer(lt, start, &lt.prepare)
 		if err != nil {
 			return nil, errPrepare, err // the deferred letGo destroys it
 		}

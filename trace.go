@@ -90,9 +90,15 @@ type ReleaseTrace struct {
 	How string
 }
 
-// leaseTimes is what a traced lease measured of itself as it went: see
-// LeaseTrace. The slow lease writes it when it is not nil.
+// leaseTimes is what a slow lease knows of itself: whether it queued, its
+// waits (summed), since when its LeaseTimeout counts (the monotonic clock;
+// 0: not read yet, which happens before its first wait or check: what it
+// did before took too little to be worth a clock read per lease) and, when
+// traced, how long its creation and checks took (see LeaseTrace).
 type leaseTimes struct {
+	traced                bool
+	queued                bool
+	since                 int64
 	wait, create, prepare time.Duration
 }
 
@@ -130,7 +136,7 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 	if c := tr.LeaseStart(ctx, p.opts.Name); c != nil {
 		ctx = c
 	}
-	var tm leaseTimes
+	tm := leaseTimes{traced: true}
 	step := stepLeasing
 	defer func() {
 		switch step {
@@ -187,16 +193,17 @@ func (p *Pool[T]) released(t tracedEnd, how string) {
 }
 
 // startTimer reads the pool's clock for a step that a traced lease
-// measures (tm not nil); 0 without tm, and no clock read.
-func (p *Pool[T]) startTimer(tm *leaseTimes) int64 {
-	if tm == nil {
+// measures; 0, and no clock read, for a lease not traced.
+func (p *Pool[T]) startTimer(lt *leaseTimes) int64 {
+	if !lt.traced {
 		return 0
 	}
 	return p.now()
 }
 
-// since returns the time from start, a reading of the pool's clock, to
-// now, for leaseTimes.
-func (p *Pool[T]) since(start int64) time.Duration {
-	return time.Duration(max(p.now()-start, 0))
+// stopTimer adds to d the time since start, lt's startTimer, when traced.
+func (p *Pool[T]) stopTimer(lt *leaseTimes, start int64, d *time.Duration) {
+	if lt.traced {
+		*d += time.Duration(max(p.now()-start, 0))
+	}
 }
