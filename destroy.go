@@ -60,7 +60,7 @@ func (p *Pool[T]) destroyLater(e *entry[T], why reason, b *destroyBatch) {
 
 // destroyBatch is a batch of destroyLater calls that someone waits for:
 // Close and New after a failed seeding, which keep the errors to return
-// them, and Clear's refill, which waits for the room.
+// them, and Clear's refill, which waits for the permit.
 type destroyBatch struct {
 	keep    bool         // keep the errors, for the caller to return them too
 	pending atomic.Int32 // Destroy calls not ended yet

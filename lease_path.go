@@ -134,7 +134,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 		}
 		procUnpin()
 	}
-	// Next best: an idle item, or the room to create one, from the gate, in
+	// Next best: an idle item, or the permit to create one, from the gate, in
 	// the critical section that queues the lease when there is neither.
 	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs)
 	if a == admitted && p.route.lease == leaseAsIs {
@@ -149,7 +149,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 // leaseSlow finishes a lease that the fast path could not, after the gate's
 // admission a: e came with the permit when a is admitted or admitRetired,
 // and w is the lease's place in the queue when a is queued. An idle item
-// that fails its judgement goes to its Destroy with the lease's room, and
+// that fails its judgement goes to its Destroy with the lease's permit, and
 // the lease asks the gate for another (wait says whether it may queue for
 // it). It keeps what it knows of itself in one leaseTimes, the caller's
 // when traced (lt), else its own.
@@ -163,23 +163,23 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		if a.refused() {
 			return p.refused(ctx, a)
 		}
-		// Queued: wait for a room, which may come with an item.
+		// Queued: wait for a permit, which may come with an item.
 		if a == queued {
 			var err error
 			if e, err = p.wait(ctx, w, lt); err != nil {
 				return Lease[T]{}, err
 			}
 		}
-		// A room in hand: an idle item that passes judgement, else a fresh
-		// one; or another room, when the idle item failed.
+		// A permit in hand: an idle item that passes judgement, else a fresh
+		// one; or another permit, when the idle item failed.
 		var t errType
 		var why reason
 		var err error
 		e, t, why, err = p.takeReady(ctx, e, lt)
-		if err == errAnotherRoom {
+		if err == errAnotherPermit {
 			failed := e
-			e, w, a = p.anotherRoom(ctx, wait)
-			p.destroyLater(failed, why, nil) // after: the room it frees may be the lease's
+			e, w, a = p.anotherPermit(ctx, wait)
+			p.destroyLater(failed, why, nil) // after: the permit it frees may be the lease's
 			continue
 		}
 		if err == nil && e == nil {
@@ -233,10 +233,10 @@ func (lt *leaseTimes) left(d time.Duration) time.Duration {
 	return max(d-time.Duration(monotime()-lt.since), 1)
 }
 
-// anotherRoom asks the gate for another room, for a lease whose idle item
+// anotherPermit asks the gate for another permit, for a lease whose idle item
 // failed its judgement: one that may wait queues again ahead of the leases
 // that came after it (waitAgain).
-func (p *Pool[T]) anotherRoom(ctx context.Context, wait waitChoice) (*entry[T], *waiter[T], admission) {
+func (p *Pool[T]) anotherPermit(ctx context.Context, wait waitChoice) (*entry[T], *waiter[T], admission) {
 	if wait == mayWait {
 		wait = waitAgain
 	}
@@ -260,7 +260,7 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 }
 
 // wait waits, for the lease that the gate queued as w, until it grants a
-// room, which may come with an item (the gate counts the wait, and wait
+// permit, which may come with an item (the gate counts the wait, and wait
 // adds it to lt); when the wait ends otherwise, it fails the lease with
 // the error its end calls for. Each wait gets what is left of LeaseTimeout
 // (lt.left).
@@ -297,18 +297,18 @@ func (p *Pool[T]) timeoutError(waited time.Duration) error {
 		ErrLeaseTimeout, p.opts.Name, size, waited.Round(time.Millisecond), queued, p.c.creating.Load(), dying)
 }
 
-// errAnotherRoom is what takeReady returns, with the idle item in hand,
+// errAnotherPermit is what takeReady returns, with the idle item in hand,
 // when that item failed its judgement: the caller asks the gate for another
-// room, then hands the item to its Destroy with the room it held, so that a
-// lease that queues again has its place before that room comes free.
-var errAnotherRoom = errors.New("pool: another room")
+// permit, then hands the item to its Destroy with the permit it held, so
+// that a lease that queues again has its place before that permit is free.
+var errAnotherPermit = errors.New("pool: another permit")
 
-// takeReady decides, for the room the caller holds, on e, the idle item
+// takeReady decides, for the permit the caller holds, on e, the idle item
 // that came with it, or, when there is none, the newest idle one now: lend
 // it when it passes judgement (judge); else it returns the item, why it
-// failed and errAnotherRoom, for the caller to destroy (see errAnotherRoom).
-// It returns no item and no error when none is idle: the room is the
-// caller's still, to create one. On another error the room has gone (with
+// failed and errAnotherPermit, for the caller to destroy (see errAnotherPermit).
+// It returns no item and no error when none is idle: the permit is the
+// caller's still, to create one. On another error the permit has gone (with
 // the item, or back), also on a panic or Goexit of user code; failed says
 // which step failed.
 func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
@@ -342,7 +342,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_
 		p.destroyLater(e, why, nil)
 		return nil, errCanceled, 0, ctx.Err() // the caller gave up: don't try another
 	}
-	return e, 0, why, errAnotherRoom
+	return e, 0, why, errAnotherPermit
 }
 
 // verdict is what judge decided of an idle item taken for a lease.
@@ -400,9 +400,9 @@ func (p *Pool[T]) endJudging(e *entry[T]) {
 	}
 }
 
-// createReady creates a fresh item for the room the caller holds and, with
+// createReady creates a fresh item for the permit the caller holds and, with
 // a Preparer, checks it. On error, and on a panic or Goexit of user code,
-// the room has gone (back, or with the item to its Destroy, or with a
+// the permit has gone (back, or with the item to its Destroy, or with a
 // creation its caller gave up on); failed says which step failed.
 func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T], failed errType, err error) {
 	var e *entry[T]
@@ -432,7 +432,7 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 	return e, 0, nil
 }
 
-// letGo gives up the room of a slow lease that fails: with the item in
+// letGo gives up the permit of a slow lease that fails: with the item in
 // hand, if any, to its Destroy; else back to the gate.
 func (p *Pool[T]) letGo(e *entry[T]) {
 	if e != nil {

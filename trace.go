@@ -15,7 +15,7 @@ import (
 // lease that LeaseEnd reported as granted exactly one Released, with the
 // ctx that LeaseStart returned; the pool has accounted for the lease (its
 // item leased, or given back) before each call, so a Tracer that panics
-// loses no item and no room. A Detach's Released runs while the pool still
+// loses no item and no permit. A Detach's Released runs while the pool still
 // holds the item, so that when Released does not return, the item Detach
 // cannot hand over is destroyed (Pool.releasedOrDestroy).
 
