@@ -499,3 +499,72 @@ func TestClearAndCloseStartNoDestroyAfterClose(t *testing.T) {
 		assert.EqualValues(t, items, p.Stats().Destroyed, "round %d", round)
 	}
 }
+
+// TestCloseWaitsForItemsOnTheirWayToDestroy: items that Clear, SetMaxSize or
+// an expiry sweep running at the same time as Close took out of the pool
+// are destroyed before Close returns: after it, no Destroy starts but for
+// the items of leases that end later (Pool.Close). Each round races one of
+// them with Close over many idle items, and counts the Destroy calls that
+// start after Close returned.
+func TestCloseWaitsForItemsOnTheirWayToDestroy(t *testing.T) {
+	const items, rounds = 200, 100
+	cases := []struct {
+		name string
+		opts Options[*conn]
+		// race returns the call to race with Close, and the item of a lease
+		// that call ends, whose Destroy may start after Close (nil: none)
+		race func(t *testing.T, p *Pool[*conn]) (call func(), leased *conn)
+	}{
+		{"Clear", Options[*conn]{}, func(t *testing.T, p *Pool[*conn]) (func(), *conn) {
+			putIdle(t, p, items)
+			return p.Clear, nil
+		}},
+		{"SetMaxSize", Options[*conn]{}, func(t *testing.T, p *Pool[*conn]) (func(), *conn) {
+			putIdle(t, p, items)
+			return func() { _ = p.SetMaxSize(1) }, nil // ErrClosed after Close
+		}},
+		{"an expiry sweep", Options[*conn]{IdleTimeout: time.Minute}, func(t *testing.T, p *Pool[*conn]) (func(), *conn) {
+			clk := setFakeClock(p)
+			l := mustLease(t, p)
+			putIdle(t, p, items-1)
+			clk.advance(minutes(2)) // the idle items expire; the release sweeps
+			return l.Release, l.Value()
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var lateRounds int
+			var mostLate int64
+			for round := range rounds {
+				var exempt atomic.Pointer[conn]
+				var starts atomic.Int64 // Destroy calls begun, but for exempt's
+				opts := tc.opts
+				opts.MaxSize = items
+				opts.Destroy = func(c *conn) error {
+					if c != exempt.Load() {
+						starts.Add(1)
+					}
+					return c.Close()
+				}
+				p, _ := newTracked(t, opts)
+				call, leased := tc.race(t, p)
+				exempt.Store(leased)
+				ready := make(chan struct{})
+				raced := make(chan struct{})
+				closed := make(chan int64, 1) // starts, when Close returned
+				go func() { <-ready; call(); close(raced) }()
+				go func() { <-ready; assert.NoError(t, p.Close()); closed <- starts.Load() }()
+				close(ready)
+				atClose := recvOrFail(t, closed, "Close")
+				recvOrFail(t, raced, "the call raced with Close")
+				awaitDestroys(t, p)
+				if n := starts.Load() - atClose; n > 0 {
+					lateRounds++
+					mostLate = max(mostLate, n)
+				}
+				require.EqualValues(t, items, p.Stats().Destroyed, "round %d", round)
+			}
+			assert.Zero(t, lateRounds, "Destroy calls started after Close returned in %d of %d rounds, up to %d of %d items", lateRounds, rounds, mostLate, items)
+		})
+	}
+}
