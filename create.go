@@ -11,8 +11,8 @@ import (
 	"weak"
 )
 
-// Creating items: New's seeding, a lease's creation, and the adoption of
-// creations their caller gave up on.
+// Creating items: New's seeding, a lease's creation, the adoption of
+// creations their caller gave up on, and the filler.
 //
 // The invariant: a creation holds a permit from before the factory is
 // called until its item is handed on (to a lease, a waiter or the idle
@@ -415,8 +415,8 @@ func (p *Pool[T]) fillRound(d uint32) (owed uint32) {
 	return owed
 }
 
-// refill asks for a refill of the idle items to MinSize, once after, the
-// Destroy calls of the idle items a Clear took out, have ended.
+// refill asks for the idle items to be refilled to MinSize, once after
+// has closed: when the Destroy calls of the items Clear took out end.
 func (p *Pool[T]) refill(after <-chan struct{}) {
 	if p.opts.MinSize == 0 {
 		return
