@@ -334,22 +334,18 @@ func (p *Pool[T]) createIdle(who string) (ok bool) {
 	return true
 }
 
-// ask asks the filler for a round that fills for the bits of want, without
-// waiting.
+// ask asks the filler, started at the first ask, for a round that fills
+// for the bits of want, without waiting.
 func (p *Pool[T]) ask(want uint32) {
+	if !p.filling.Load() && p.filling.CompareAndSwap(false, true) {
+		go fillLoop(p.self, p.done.Done(), p.asks, p.backoffLimit())
+	}
 	if p.wants.Load()&want != want {
 		p.wants.Or(want)
 	}
 	select {
 	case p.asks <- struct{}{}:
 	default:
-	}
-}
-
-// startFiller starts the filler unless it runs already.
-func (p *Pool[T]) startFiller() {
-	if !p.filling.Load() && p.filling.CompareAndSwap(false, true) {
-		go fillLoop(p.self, p.done.Done(), p.asks, p.backoffLimit())
 	}
 }
 
@@ -422,7 +418,6 @@ func (p *Pool[T]) refill(after <-chan struct{}) {
 		return
 	}
 	p.refillAfter.Store(&after)
-	p.startFiller()
 	p.ask(wantRefill)
 }
 

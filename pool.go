@@ -74,7 +74,8 @@ type Pool[T any] struct {
 	tasks *tasks
 	// The filler (create.go, "Creating on the pool's own account"): asks
 	// (nil without MinSize or MinIdle) wakes it, wants says what to fill,
-	// filling that it runs, refillAfter when the last Clear's destroys end.
+	// filling that it has started, refillAfter when the last Clear's
+	// destroys end.
 	asks        chan struct{}
 	wants       atomic.Uint32
 	filling     atomic.Bool
@@ -267,11 +268,9 @@ func (p *Pool[T]) start(ctx context.Context) error {
 		p.startWatcher()
 	}
 	if p.opts.SeedInBackground && p.opts.MinSize > 0 {
-		p.startFiller()
 		p.ask(wantSeed)
 	}
 	if p.opts.MinIdle > 0 {
-		p.startFiller()
 		p.ask(wantSpares)
 	}
 	if p.m != nil {
