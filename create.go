@@ -11,8 +11,8 @@ import (
 	"weak"
 )
 
-// Creating items: New's seeding, a lease's creation, and the adoption of
-// creations their caller gave up on.
+// Creating items: New's seeding, a lease's creation, the adoption of
+// creations their caller gave up on, and the filler.
 //
 // The invariant: a creation holds a permit from before the factory is
 // called until its item is handed on (to a lease, a waiter or the idle
@@ -277,12 +277,24 @@ func (p *Pool[T]) callFactory(ctx context.Context) (v T, err error) {
 
 // # Creating on the pool's own account
 //
-// Clear's refill, the seeding of SeedInBackground and the upkeep create
-// items that nobody waits for: a failed creation (an error or a panic of
-// the factory) is logged, never raised, and a runtime.Goexit ends only the
-// goroutine it runs on. Each creation holds a permit from tryAcquireRoom,
-// so the cap holds; the factory's context is the pool's (createDetached),
-// which Close cancels.
+// One filler per pool creates the items nobody waits for: the seeding of
+// SeedInBackground, Clear's refill and the spares of MinIdle (the upkeep
+// fills to MinSize in its own round, with fill). Each ask sets a bit of
+// wants and signals asks; the filler's round takes the bits and fills
+// for each. A failed creation (an error, a panic or a runtime.Goexit of
+// the factory) is logged, never raised; a failed seeding or spares round
+// is retried, backing off, and a failed refill is not. Each creation holds
+// a permit from tryAcquireRoom, so the cap holds and waiting leases come
+// first; the factory's context is the pool's (createDetached). Between
+// rounds the filler holds the pool only weakly, so that a pool dropped
+// without Close can be collected; it returns then, or at Close.
+
+// The bits of Pool.wants: what the filler's next round fills.
+const (
+	wantSeed   uint32 = 1 << iota // MinSize items, several creations at once
+	wantRefill                    // MinSize idle, once the last Clear's destroys end
+	wantSpares                    // MinIdle idle
+)
 
 // fill creates idle items, one at a time, while fewer than n items of the
 // kind count says exist (the items being destroyed, on their way out, not
@@ -322,80 +334,25 @@ func (p *Pool[T]) createIdle(who string) (ok bool) {
 	return true
 }
 
-// refill creates idle items until MinSize are idle, as Clear does once the
-// Destroy calls of the idle items it took out have ended (after closes),
-// on a goroutine of its own: one refill at a time, so that no refill counts
-// the creations of another as missing. A Clear while one runs asks it to
-// look again before it stops (refills counts the asks; refillAfter holds
-// the last Clear's destroys).
-func (p *Pool[T]) refill(after <-chan struct{}) {
-	if p.opts.MinSize == 0 {
-		return
+// ask asks the filler, started at the first ask, for a round that fills
+// for the bits of want, without waiting.
+func (p *Pool[T]) ask(want uint32) {
+	if !p.filling.Load() && p.filling.CompareAndSwap(false, true) {
+		go fillLoop(p.self, p.done.Done(), p.asks, p.backoffLimit())
 	}
-	p.refillAfter.Store(&after)
-	if p.refills.Add(1) > 1 {
-		return
+	if p.wants.Load()&want != want {
+		p.wants.Or(want)
 	}
-	if !p.tasks.start(p.refillLoop) {
-		p.refills.Store(0) // closed: nothing to refill
-	}
-}
-
-// refillLoop is the one refill running: it waits for the last Clear's
-// destroys, fills, then stops unless a Clear asked meanwhile.
-func (p *Pool[T]) refillLoop() {
-	stopped := false
-	defer func() {
-		if !stopped {
-			p.refills.Store(0) // a Goexit in the factory: the next Clear starts another
-		}
-	}()
-	for {
-		asked := p.refills.Load()
-		if after := p.refillAfter.Swap(nil); after != nil && awaitOr(p.done, *after) != nil {
-			p.refills.Store(0)
-			stopped = true
-			return // closed
-		}
-		p.fill(idleItems, p.opts.MinSize, "clear: refill")
-		if p.refills.CompareAndSwap(asked, 0) {
-			stopped = true
-			return
-		}
-	}
-}
-
-// # Spare items
-//
-// With MinIdle, one task from New to Close keeps MinIdle items idle: each
-// time it is asked (wantSpares: New, every round of the upkeep, and a lease
-// that did not find an item in its processor's slot), it fills the idle
-// items to MinIdle, one creation at a time, as far as MaxSize allows and
-// while no lease waits; a failed round is retried with SeedInBackground's
-// backoff. Between rounds it holds the pool only weakly, so that a pool
-// dropped without Close can be collected; it returns then.
-
-// startSpares starts the task that keeps MinIdle items idle (its channel,
-// p.spares, made by newPool before anything runs), and asks it for its
-// first round.
-func (p *Pool[T]) startSpares() {
-	wp, done, asks, limit := p.self, p.done.Done(), p.spares, p.backoffLimit()
-	p.tasks.start(func() { sparesLoop(wp, done, asks, limit) })
-	p.wantSpares()
-}
-
-// wantSpares asks the spares task to look, without waiting: a lease that
-// finds the task asked already asks nothing more.
-func (p *Pool[T]) wantSpares() {
 	select {
-	case p.spares <- struct{}{}:
+	case p.asks <- struct{}{}:
 	default:
 	}
 }
 
-// sparesLoop is the spares task: a round for each ask, until Close or the
-// pool is collected.
-func sparesLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, asks <-chan struct{}, limit time.Duration) {
+// fillLoop is the filler: a round for each ask, and again after a round
+// that owes a retry, backing off as the upkeep does (upkeepBackoff), until
+// Close or the pool is collected.
+func fillLoop[T any](wp weak.Pointer[Pool[T]], done, asks <-chan struct{}, limit time.Duration) {
 	var backoff time.Duration
 	for {
 		select {
@@ -403,7 +360,7 @@ func sparesLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, asks <-ch
 			return
 		case <-asks:
 		}
-		for !sparesRoundApart(wp) {
+		for !fillApart(wp) {
 			backoff = upkeepBackoff(backoff, limit)
 			t := time.NewTimer(backoff)
 			select {
@@ -417,66 +374,71 @@ func sparesLoop[T any](wp weak.Pointer[Pool[T]], done <-chan struct{}, asks <-ch
 	}
 }
 
-// sparesRound fills the idle items to MinIdle, and reports false when a
-// creation failed (true when the pool is gone).
-func sparesRound[T any](wp weak.Pointer[Pool[T]]) bool {
+// fillApart runs a round on a task of its own, so that Close waits for it
+// and a runtime.Goexit in the factory ends that task only, as a failed
+// round. It reports false when the round owes a retry, whose bits it puts
+// back in wants before its task ends; true when the pool is gone or closed.
+func fillApart[T any](wp weak.Pointer[Pool[T]]) bool {
 	p := wp.Value()
 	if p == nil {
 		return true
 	}
+	owed := make(chan uint32, 1)
+	started := p.tasks.start(func() {
+		d := p.wants.Swap(0)
+		left := d &^ wantRefill // until the round returns
+		defer func() {
+			p.wants.Or(left)
+			owed <- left
+		}()
+		left = p.fillRound(d)
+	})
+	return !started || <-owed == 0
+}
+
+// fillRound fills for the bits of d, and returns those whose fill failed
+// and is retried.
+func (p *Pool[T]) fillRound(d uint32) (owed uint32) {
+	if d&wantSeed != 0 && !p.seedRound() {
+		owed |= wantSeed
+	}
+	if d&wantRefill != 0 {
+		p.refillRound()
+	}
+	if d&wantSpares != 0 && !p.sparesRound() {
+		owed |= wantSpares
+	}
+	return owed
+}
+
+// refill asks for the idle items to be refilled to MinSize, once after
+// has closed: when the Destroy calls of the items Clear took out end.
+func (p *Pool[T]) refill(after <-chan struct{}) {
+	if p.opts.MinSize == 0 {
+		return
+	}
+	p.refillAfter.Store(&after)
+	p.ask(wantRefill)
+}
+
+// refillRound waits for the last Clear's destroys, then fills the idle
+// items to MinSize: its failure is logged, not retried.
+func (p *Pool[T]) refillRound() {
+	if after := p.refillAfter.Swap(nil); after != nil && awaitOr(p.done, *after) != nil {
+		return // closed
+	}
+	p.fill(idleItems, p.opts.MinSize, "clear: refill")
+}
+
+// sparesRound fills the idle items to MinIdle, and reports false when a
+// creation failed.
+func (p *Pool[T]) sparesRound() bool {
 	return p.fill(idleItems, p.opts.MinIdle, "spares")
 }
 
-// sparesRoundApart runs sparesRound on a goroutine of its own, so that a
-// runtime.Goexit in the factory ends that goroutine only, as a failed
-// round, and the spares task goes on.
-func sparesRoundApart[T any](wp weak.Pointer[Pool[T]]) bool {
-	ok := make(chan bool, 1)
-	go func() {
-		filled := false
-		defer func() { ok <- filled }()
-		filled = sparesRound(wp)
-	}()
-	return <-ok
-}
-
-// backoffLimit is how far the background creations back off after
-// failures: UpkeepInterval, or maxSeedBackoff without the upkeep.
-func (p *Pool[T]) backoffLimit() time.Duration {
-	if p.opts.UpkeepInterval > 0 {
-		return p.opts.UpkeepInterval
-	}
-	return maxSeedBackoff
-}
-
-// maxSeedBackoff bounds the backoff of background seeding without the
-// upkeep; with it, UpkeepInterval does.
-const maxSeedBackoff = 30 * time.Second
-
-// seedInBackground creates the MinSize items of a pool with
-// SeedInBackground, on goroutines of its own: up to seedParallelism at
-// once, as New does, and again after each round that a failed creation
-// ended, backing off as the upkeep does (upkeepBackoff), until MinSize items
-// exist or the pool closes.
-func (p *Pool[T]) seedInBackground() {
-	limit := p.backoffLimit()
-	p.tasks.start(func() {
-		var backoff time.Duration
-		for !p.seedRound() {
-			backoff = upkeepBackoff(backoff, limit)
-			t := time.NewTimer(backoff)
-			select {
-			case <-p.done.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-	})
-}
-
 // seedRound runs one round of background seeding: up to seedParallelism
-// fills at once. It reports false when a creation failed.
+// fills at once, toward MinSize items. It reports false when a creation
+// failed.
 func (p *Pool[T]) seedRound() bool {
 	var failed atomic.Bool
 	var wg sync.WaitGroup
@@ -500,3 +462,16 @@ func (p *Pool[T]) seedRound() bool {
 	wg.Wait()
 	return !failed.Load()
 }
+
+// backoffLimit is how far the filler backs off after failures:
+// UpkeepInterval, or maxSeedBackoff without the upkeep.
+func (p *Pool[T]) backoffLimit() time.Duration {
+	if p.opts.UpkeepInterval > 0 {
+		return p.opts.UpkeepInterval
+	}
+	return maxSeedBackoff
+}
+
+// maxSeedBackoff bounds the filler's backoff without the upkeep; with it,
+// UpkeepInterval does.
+const maxSeedBackoff = 30 * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -714,6 +716,64 @@ func TestMinIdleRetriesFailuresAndStopsAtClose(t *testing.T) {
 	assert.Equal(t, created, tr.created.Load(), "no spare after Close")
 }
 
+// dgDrop makes a pool with opts and drops it without Close, after do has
+// run on it; it returns a weak pointer to the pool.
+//
+//go:noinline
+func dgDrop(t *testing.T, f Factory[*conn], opts Options[*conn], do func(*Pool[*conn])) weak.Pointer[Pool[*conn]] {
+	p, err := New[*conn](context.Background(), f, opts)
+	require.NoError(t, err)
+	if do != nil {
+		do(p)
+	}
+	return weak.Make(p)
+}
+
+// TestDroppedPoolStopsBackground: a pool dropped without Close is
+// collected, and then every goroutine of its background work (the spares
+// of MinIdle, the seeding of SeedInBackground while it backs off, Clear's
+// refill, the watcher of LeakThreshold) returns (the doc comment of Close).
+func TestDroppedPoolStopsBackground(t *testing.T) {
+	failing := func() Factory[*conn] {
+		tr := &tracker{}
+		tr.setFail(errBoom)
+		return tr
+	}
+	for _, tc := range []struct {
+		name string
+		f    func() Factory[*conn]
+		opts Options[*conn]
+		do   func(*Pool[*conn])
+	}{
+		{"MinIdle", func() Factory[*conn] { return &tracker{} }, Options[*conn]{MinIdle: 2, MaxSize: 4}, func(p *Pool[*conn]) {
+			require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 2 }, testWait, time.Millisecond)
+		}},
+		{"MinIdle backing off", failing, Options[*conn]{MinIdle: 2, MaxSize: 4}, func(p *Pool[*conn]) {
+			require.Eventually(t, func() bool { return p.Stats().CreateErrors >= 1 }, testWait, time.Millisecond)
+		}},
+		{"SeedInBackground backing off", failing, Options[*conn]{MinSize: 2, MaxSize: 4, SeedInBackground: true}, func(p *Pool[*conn]) {
+			require.Eventually(t, func() bool { return p.Stats().CreateErrors >= 2 }, testWait, time.Millisecond)
+		}},
+		{"Clear's refill", func() Factory[*conn] { return &tracker{} }, Options[*conn]{MinSize: 2, MaxSize: 4}, func(p *Pool[*conn]) {
+			p.Clear()
+		}},
+		{"LeakThreshold", func() Factory[*conn] { return &tracker{} }, Options[*conn]{MaxSize: 4, LeakThreshold: time.Millisecond}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ignore := goleak.IgnoreCurrent()
+			opts := tc.opts
+			opts.Logger = slog.New(slog.DiscardHandler)
+			wp := dgDrop(t, tc.f(), opts, tc.do)
+			lkEventually(t, func() bool { return wp.Value() == nil }, "the pool dropped without Close was not collected")
+			deadline := time.Now().Add(testWait)
+			for goleak.Find(ignore) != nil && time.Now().Before(deadline) {
+				runtime.GC()
+			}
+			goleak.VerifyNone(t, ignore)
+		})
+	}
+}
+
 // awaitSpares waits until the spares of MinIdle are no longer being
 // created: no factory call is under way.
 func awaitSpares(t *testing.T, p *Pool[*conn]) {
@@ -780,7 +840,7 @@ func ncWho() string {
 	for {
 		fr, more := frames.Next()
 		for _, w := range [...]struct{ fn, who string }{
-			{").seedRound", "seed"}, {"sparesRound", "spares"}, {").refillLoop", "refill"},
+			{").seedRound", "seed"}, {"sparesRound", "spares"}, {").refillRound", "refill"},
 		} {
 			if strings.Contains(fr.Function, w.fn) {
 				return w.who

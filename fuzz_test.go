@@ -72,7 +72,7 @@ import (
 //     made (New; every lease that did not take its item from the slot on
 //     the fast path, that is every successful lease but a slot hit in a
 //     pool that judges nothing and records no sites; every upkeep round),
-//     and then runs the task's round (sparesRound) and the model its own
+//     and then runs the task's round (fillRound) and the model its own
 //     (fillIdle): idle items created up to MinIdle while no lease waits and
 //     MaxSize allows. A failed round is run again at the end of the next
 //     step, as the task's backoff would, some time later.
@@ -1343,11 +1343,16 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 		m.queue = append(m.queue, m.newItem())
 	}
 	r := &fzRun{t: t, p: p, f: f, sch: sch, clk: clk, m: m, reader: reader, abort: make(chan struct{})}
+	// The filler, played by the script (see MinIdle above, and Clear's
+	// refill): no goroutine of the pool's runs it.
+	p.filling.Store(true)
+	if p.asks == nil {
+		p.asks = make(chan struct{}, 1)
+	}
 	if minIdle > 0 {
-		// The spares task, played by the script (see MinIdle above): New
-		// asks it for a first round.
-		p.opts.MinIdle, p.spares = minIdle, make(chan struct{}, 1)
-		p.wantSpares()
+		// New asks the filler for a first round of spares.
+		p.opts.MinIdle = minIdle
+		p.ask(wantSpares)
 		m.sparesAsked = true
 		r.spares()
 	}
@@ -1524,15 +1529,16 @@ func (r *fzRun) awaitHeld() {
 	}
 }
 
-// awaitRefill waits until no refill of Clear's runs.
-func (r *fzRun) awaitRefill() {
-	deadline := time.Now().Add(testWait)
-	for r.p.refills.Load() != 0 {
-		if time.Now().After(deadline) {
-			r.fail("the refill did not end: %+v", r.p.Stats())
-		}
-		runtime.Gosched()
+// refill plays the filler's round for Clear's refill, which Clear asked
+// for when MinSize is set, once the Destroy calls it waits for have ended.
+func (r *fzRun) refill() {
+	if r.p.opts.MinSize == 0 {
+		return
 	}
+	if r.p.wants.And(^wantRefill)&wantRefill == 0 {
+		r.fail("Clear asked for no refill: %+v", r.p.Stats())
+	}
+	r.p.fillRound(wantRefill)
 }
 
 // spares plays the spares task at the end of a step (see MinIdle above):
@@ -1542,10 +1548,9 @@ func (r *fzRun) spares() {
 	if r.m.minIdle == 0 {
 		return
 	}
-	asked := false
+	asked := r.p.wants.And(^wantSpares)&wantSpares != 0
 	select {
-	case <-r.p.spares:
-		asked = true
+	case <-r.p.asks: // the wake-up, which nothing reads here
 	default:
 	}
 	if asked != r.m.sparesAsked {
@@ -1555,7 +1560,7 @@ func (r *fzRun) spares() {
 	if !ran {
 		return
 	}
-	if ok := sparesRound(r.p.self); ok != want {
+	if ok := r.p.fillRound(wantSpares) == 0; ok != want {
 		r.fail("spares round: ok %v, the model says %v", ok, want)
 	}
 	r.settle()
@@ -1684,7 +1689,7 @@ func (r *fzRun) step(op, arg byte) {
 		// The refill starts once the Destroy calls of the idle items
 		// Clear took out have ended; the model's is part of its Clear.
 		r.settle()
-		r.awaitRefill()
+		r.refill()
 		m.refill()
 	case 12:
 		if arg%4 == 0 { // rarely: the script ends soon after

@@ -138,8 +138,8 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 	// the critical section that queues the lease when there is neither.
 	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs)
 	if a == admitted && p.route.lease == leaseAsIs {
-		if p.spares != nil {
-			p.wantSpares() // it took from the idle queue: perhaps the last spare
+		if p.opts.MinIdle > 0 {
+			p.ask(wantSpares) // it took from the idle queue: perhaps the last spare
 		}
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil // counted by acquire
 	}
@@ -194,8 +194,8 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		// the last.
 		k := p.g.slots.countLease(procPin())
 		procUnpin()
-		if p.spares != nil {
-			p.wantSpares()
+		if p.opts.MinIdle > 0 {
+			p.ask(wantSpares)
 		}
 		if p.m != nil {
 			p.lentMetrics(ctx, e, k, lt.queued, lt.wait)

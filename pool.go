@@ -68,18 +68,18 @@ type Pool[T any] struct {
 	sweepAt    atomic.Int64
 
 	upkeep *upkeeper // nil without UpkeepInterval: see upkeep.go
-	// Clear's refills, the seeding in the background, the watcher and its
-	// reports: see tasks.go. Apart from the pool, so that a task can
-	// outlive a pool dropped without Close without keeping it alive.
+	// The filler's rounds, the watcher and its reports: see tasks.go. Apart
+	// from the pool, so that a task can outlive a pool dropped without
+	// Close without keeping it alive.
 	tasks *tasks
-	// refills counts the Clears that asked for a refill since the one
-	// running began, and refillAfter is when the last one's destroys end:
-	// see refill.
-	refills     atomic.Int32
+	// The filler (create.go, "Creating on the pool's own account"): asks
+	// (nil without MinSize or MinIdle) wakes it, wants says what to fill,
+	// filling that it has started, refillAfter when the last Clear's
+	// destroys end.
+	asks        chan struct{}
+	wants       atomic.Uint32
+	filling     atomic.Bool
 	refillAfter atomic.Pointer[<-chan struct{}]
-	// spares asks the task that keeps MinIdle items idle to look; nil
-	// without MinIdle. See create.go, "Spare items".
-	spares chan struct{}
 	// destroys runs the Destroy calls, on goroutines of their own (see
 	// destroy.go); unlike tasks it is never stopped: a lease that ends
 	// after Close still has its item destroyed.
@@ -236,8 +236,8 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	if opts.LeakThreshold > 0 {
 		p.watcher = newWatcher(opts.LeakThreshold)
 	}
-	if opts.MinIdle > 0 {
-		p.spares = make(chan struct{}, 1)
+	if opts.MinSize > 0 || opts.MinIdle > 0 {
+		p.asks = make(chan struct{}, 1)
 	}
 	p.self = weak.Make(p)
 	p.leaks = newLeakSink(p)
@@ -268,10 +268,10 @@ func (p *Pool[T]) start(ctx context.Context) error {
 		p.startWatcher()
 	}
 	if p.opts.SeedInBackground && p.opts.MinSize > 0 {
-		p.seedInBackground()
+		p.ask(wantSeed)
 	}
 	if p.opts.MinIdle > 0 {
-		p.startSpares()
+		p.ask(wantSpares)
 	}
 	if p.m != nil {
 		// After seeding: the callback reads Stats, and seed fills the idle
@@ -377,7 +377,7 @@ func (p *Pool[T]) close(ctx context.Context) (err, werr error) {
 }
 
 // waitBackground waits, after Close, until no callback of the pool's own
-// work (the upkeep, Clear's refills, the seeding) runs, or ctx ends.
+// work (the upkeep, the filler) runs, or ctx ends.
 func (p *Pool[T]) waitBackground(ctx context.Context) error {
 	if p.upkeep != nil {
 		if err := p.upkeep.wait(ctx); err != nil {

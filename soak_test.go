@@ -226,7 +226,7 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		switch {
 		case h == onDestroy && !ftInDestroyTask():
 			s.violate("Destroy ran on a caller's goroutine, not on one of the pool's own")
-		case h == onCreate && ftOnStack(".sparesRound[...]"):
+		case h == onCreate && ftOnStack(").sparesRound"):
 			s.c.spareCreates.Add(1)
 		}
 		k := f.roll(h)

@@ -9,10 +9,9 @@ import (
 	"sync"
 )
 
-// The pool's own goroutines, besides the upkeep's: Clear's refills, the
-// seeding in the background, the top-up to MinIdle, the watcher of
-// LeakThreshold and its OnLeak calls (Pool.tasks); and the Destroy calls
-// (Pool.destroys).
+// The pool's own goroutines, besides the upkeep's: the filler's rounds
+// (create.go), the watcher of LeakThreshold and its OnLeak calls
+// (Pool.tasks); and the Destroy calls (Pool.destroys).
 //
 // The invariant: once stop has returned, no task starts; and wait returns
 // only when every task has returned (or its ctx has ended), so that Close

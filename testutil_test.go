@@ -521,11 +521,15 @@ func awaitDestroys[T any](t testing.TB, p *Pool[T]) {
 }
 
 // awaitBackground waits until the pool's background creations (Clear's
-// refill, the seeding) have ended.
+// refill, the seeding) have ended: nothing is asked of the filler (an ask
+// is cleared when its round starts, on a task) and no task runs.
 func awaitBackground[T any](t testing.TB, p *Pool[T]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
+	for p.wants.Load() != 0 && p.done.Err() == nil && ctx.Err() == nil {
+		time.Sleep(100 * time.Microsecond)
+	}
 	require.NoError(t, p.tasks.wait(ctx), "the background creations to end")
 }
 

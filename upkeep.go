@@ -168,8 +168,8 @@ func (p *Pool[T]) upkeepRound() (ok bool) {
 	if p.opts.Preparer != nil && p.opts.CheckAfterIdle > 0 {
 		p.checkIdle(now)
 	}
-	if p.spares != nil {
-		p.wantSpares()
+	if p.opts.MinIdle > 0 {
+		p.ask(wantSpares)
 	}
 	return p.fill(allItems, p.opts.MinSize, "upkeep")
 }
