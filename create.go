@@ -284,7 +284,7 @@ func (p *Pool[T]) callFactory(ctx context.Context) (v T, err error) {
 // for each. A failed creation (an error, a panic or a runtime.Goexit of
 // the factory) is logged, never raised; a failed seeding or spares round
 // is retried, backing off, and a failed refill is not. Each creation holds
-// a permit from tryAcquireRoom, so the cap holds and waiting leases come
+// a permit from tryAcquireFill, so the cap holds and waiting leases come
 // first; the factory's context is the pool's (createDetached). Between
 // rounds the filler holds the pool only weakly, so that a pool dropped
 // without Close can be collected; it returns then, or at Close.
@@ -301,8 +301,8 @@ const (
 // counted among all the items), as far as MaxSize allows and while no
 // lease waits. It reports false when a creation failed; who says who
 // fills, for the log.
-func (p *Pool[T]) fill(count roomCount, n int, who string) bool {
-	for p.g.tryAcquireRoom(n, count) {
+func (p *Pool[T]) fill(count fillCount, n int, who string) bool {
+	for p.g.tryAcquireFill(n, count) {
 		if !p.createIdle(who) {
 			return false
 		}

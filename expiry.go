@@ -121,7 +121,15 @@ func (p *Pool[T]) destroyExpired(now int64) {
 	if p.opts.UpkeepInterval > 0 {
 		floor = p.opts.MinSize
 	}
-	es, whys := p.g.takeExpired(func(e *entry[T]) (reason, bool) { return p.expired(e, now) }, floor)
+	var whys []reason
+	es := p.g.takeWhere(func(e *entry[T], items int) bool {
+		why, gone := p.expired(e, now)
+		if !gone || why == reasonIdle && items <= floor {
+			return false // an item only idle too long stays while floor or fewer exist
+		}
+		whys = append(whys, why)
+		return true
+	})
 	for i, e := range es {
 		p.destroyLater(e, whys[i], nil)
 	}

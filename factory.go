@@ -26,8 +26,8 @@ import (
 // creation. A Create that calls runtime.Goexit (t.FailNow in a test) ends the
 // caller's goroutine when it runs there (for a ctx that cannot end), as Goexit
 // does; when it runs on a goroutine of its own (for a ctx that can), the
-// waiting Lease panics with a message saying so. The room for the item comes
-// back either way.
+// waiting Lease panics with a message saying so. Either way the item's
+// place under MaxSize is free again.
 //
 // Create may be called from several goroutines at once.
 type Factory[T any] interface {

@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 )
@@ -65,7 +64,7 @@ type gate[T any] struct {
 	// for unlock to wake once the lock is released.
 	woken *waiter[T]
 	// takenOut counts the batches of idle entries that clear, resize and
-	// takeExpired took out to destroy, until their taker has handed them
+	// takeWhere took out to destroy, until their taker has handed them
 	// to their Destroy: added to under mu, before close, which leaves no
 	// idle entry to take, so Close's Wait sees every batch.
 	takenOut sync.WaitGroup
@@ -163,7 +162,7 @@ func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 }
 
 // lock takes g.mu, and keeps the goroutine on its processor until unlock:
-// see "Holding the lock without being preempted" above.
+// see docs/DESIGN.md, "Not preempted while holding the lock".
 func (g *gate[T]) lock() {
 	g.mu.Lock()
 	preemptOff()
@@ -196,7 +195,7 @@ type admission uint8
 const (
 	admitted         admission = iota // a permit, with an idle entry
 	admitRetired                      // a permit, with an idle entry from before the last Clear, to destroy
-	admitRoom                         // a permit and no idle entry: the room to create one
+	admitBare                         // a bare permit and no idle entry: the right to create one
 	queued                            // no permit yet: the lease waits, in await
 	refusedInUse                      // no permit free, and the caller would not wait
 	refusedQueue                      // others wait already, and the caller would not wait behind them
@@ -223,7 +222,7 @@ const (
 )
 
 // acquire takes a permit and the newest idle entry (admitted), or a bare
-// permit when none is idle (admitRoom), without waiting; completes says
+// permit when none is idle (admitBare), without waiting; completes says
 // that an idle entry completes the lease, which acquire then counts in
 // fastLeases. When no permit is free, or others already wait (the queue is
 // FIFO: a newcomer never overtakes it), it queues the caller in the same
@@ -246,7 +245,7 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 		case !ok:
 			a = refusedInUse
 		case e == nil:
-			a = admitRoom
+			a = admitBare
 		case e.era != g.slots.era.Load():
 			a = admitRetired
 		default:
@@ -321,7 +320,7 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 // shrinking, to the permits held.
 //
 // It never turns bypass off: bypassOff does, once an item goes idle, or
-// its room comes free, with nobody waiting, so that the leases still on
+// its permit comes free, with nobody waiting, so that the leases still on
 // their way into the queue (blocked on g.mu) are not overtaken by the fast
 // path (docs/DESIGN.md, "The bypass protocol"). Bypass on longer than
 // needed costs speed only.
@@ -345,7 +344,7 @@ func (g *gate[T]) bypassNeeded() bool {
 }
 
 // bypassOff turns the slots' bypass flag off when nothing needs it: called
-// when an item went idle, or its room came free, with nobody waiting, so
+// when an item went idle, or its permit came free, with nobody waiting, so
 // the demand that queued leases has passed. Caller holds g.mu.
 func (g *gate[T]) bypassOff() {
 	if g.slots.bypass.Load() && !g.bypassNeeded() {
@@ -598,21 +597,21 @@ func (g *gate[T]) dropPermitLocked() {
 	}
 }
 
-// roomCount says which items tryAcquireRoom counts against its bound.
-type roomCount int
+// fillCount says which items tryAcquireFill counts against its bound.
+type fillCount int
 
 const (
-	idleItems roomCount = iota // the idle items, queued or parked: Clear's refill, MinIdle
+	idleItems fillCount = iota // the idle items, queued or parked: Clear's refill, MinIdle
 	allItems                   // the items in existence but those dying: the upkeep's floor
 )
 
-// tryAcquireRoom takes a bare permit without waiting, for the caller to
+// tryAcquireFill takes a bare permit without waiting, for the caller to
 // create an item, while fewer than n items of the kind count says exist,
-// the gate has room for one more, and no lease waits: waiting leases
+// a permit is free, and no lease waits: waiting leases
 // create items of their own, and must not find their permits taken. The
 // permit is for creating an item, not for taking an idle one, so it must
-// leave room for the queued idle items too: held + idle stays within size.
-func (g *gate[T]) tryAcquireRoom(n int, count roomCount) bool {
+// leave permits for the queued idle items too: held + idle stays within size.
+func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	g.lock()
 	defer g.unlock()
 	have := g.alive()
@@ -634,54 +633,6 @@ func (g *gate[T]) unparkLocked() {
 	}
 }
 
-// takeExpired removes from the idle ring the entries that expired says to
-// destroy, each with a permit and held (see holders.go), for the caller to
-// destroy (for the reason expired gave, in whys) and then call free for. An entry that expired only
-// by idling stays while floor or fewer items exist. See "Sweeping" in
-// expiry.go.
-func (g *gate[T]) takeExpired(expired func(*entry[T]) (reason, bool), floor int) (es []*entry[T], whys []reason) {
-	g.lock()
-	defer g.unlock()
-	g.unparkLocked()
-	n := g.held + g.idle.len()
-	g.idle.filter(func(e *entry[T]) (drop bool) {
-		why, gone := expired(e)
-		if !gone || why == reasonIdle && n <= floor {
-			return false
-		}
-		n--
-		e.flipHold() // on its way to Destroy: no lease (holders.go)
-		es, whys = append(es, e), append(whys, why)
-		return true
-	})
-	g.held += len(es)
-	if len(es) > 0 {
-		g.takenOut.Add(1)
-	}
-	return es, whys
-}
-
-// takeIdleIf removes and returns the oldest idle entry for which want
-// reports true, with a permit and held (see holders.go), or nil when there
-// is none.
-func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
-	g.lock()
-	defer g.unlock()
-	g.unparkLocked()
-	g.idle.filter(func(c *entry[T]) (drop bool) {
-		if e == nil && want(c) {
-			e = c
-			return true
-		}
-		return false
-	})
-	if e != nil {
-		g.held++
-		e.flipHold()
-	}
-	return e
-}
-
 // takeIdle removes and returns the newest idle entry, or a parked one, for a
 // caller that holds a permit; or nil when none is idle. A parked entry
 // brings a permit of its own, which takeIdle frees (or hands on).
@@ -696,207 +647,4 @@ func (g *gate[T]) takeIdle() *entry[T] {
 		g.freeLocked()
 	}
 	return e
-}
-
-// drainIdle removes every idle entry, queued or parked, with a permit for
-// each (taken for the queued ones: possible without waiting, as held + idle
-// <= size), so that the items count against the cap until the caller has
-// destroyed them and returned the permits; and held, so that no scan takes
-// one for a lease while it waits for its Destroy (see holders.go).
-func (g *gate[T]) drainIdle() []*entry[T] {
-	g.lock()
-	defer g.unlock()
-	return g.drainIdleLocked()
-}
-
-func (g *gate[T]) drainIdleLocked() []*entry[T] {
-	var es []*entry[T]
-	for e := g.idle.pop(); e != nil; e = g.idle.pop() {
-		es = append(es, e)
-	}
-	g.held += len(es)
-	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-		es = append(es, e)
-	}
-	for _, e := range es {
-		e.flipHold() // on its way to Destroy: no lease (holders.go)
-	}
-	return es
-}
-
-// clear starts a new era, so that every entry created before it is
-// retired when it comes back (see slots.era), and drains the idle entries
-// as drainIdle does, for the caller to destroy.
-func (g *gate[T]) clear() []*entry[T] {
-	g.lock()
-	defer g.unlock()
-	g.slots.era.Add(1)
-	es := g.drainIdleLocked()
-	if len(es) > 0 {
-		g.takenOut.Add(1)
-	}
-	return es
-}
-
-// close marks the gate closed, wakes every waiter with ErrClosed and
-// drains the idle queue as drainIdle does. Only the first call returns
-// entries; later calls report false.
-func (g *gate[T]) close() ([]*entry[T], bool) {
-	g.lock()
-	defer g.unlock()
-	if g.closed {
-		return nil, false
-	}
-	g.closed = true
-	g.setBypass() // before the drain: see ring.go, bypass
-	for g.grantOldest(nil, ErrClosed) {
-	}
-	return g.drainIdleLocked(), true
-}
-
-// whenDrained returns a channel closed once the gate is closed and no permit
-// is held: the gate's full weight is free.
-func (g *gate[T]) whenDrained() <-chan struct{} {
-	g.lock()
-	defer g.unlock()
-	if g.held == 0 {
-		return closedChan
-	}
-	if g.drained == nil {
-		g.drained = make(chan struct{})
-	}
-	return g.drained
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// counts returns the permits held by leases (and creations and
-// destructions), the idle entries (queued or parked), the queued waiters,
-// the size, the permits of the items dying and the slots' sums, with fastLeases added to their leases. Parked entries
-// come and go without the lock, so the split between leased and idle is a
-// moment's estimate, but neither figure exceeds size, unless a shrink has
-// not settled yet.
-func (g *gate[T]) counts() (leased, idle, queued, size, dying int, sums slotSums) {
-	g.lock()
-	defer g.unlock()
-	sums = g.slots.scan()
-	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
-	sums.leases += g.fastLeases
-	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, g.dying, sums
-}
-
-// idleEntries appends every idle entry, queued or parked, to buf, for the
-// scans of holders.go. It holds the lock for that copy and nothing more:
-// buf grows outside it. Parked entries come and go without the lock (see
-// ring.go), so it reads the slots with bypass on, turning it on if it was
-// off and off again after, under the lock: only the fast path sees it
-// change. holders.go, "Which entries are out", says why its scans need that.
-func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
-	for {
-		g.lock()
-		if need := len(buf) + g.idle.len() + len(g.slots.s); cap(buf) < need {
-			g.unlock()
-			buf = slices.Grow(buf, need-len(buf))
-			continue
-		}
-		for i := range g.idle.n {
-			buf = append(buf, g.idle.buf[(g.idle.head+i)&(len(g.idle.buf)-1)])
-		}
-		bypassed := g.slots.bypass.Load()
-		if !bypassed {
-			g.slots.bypass.Store(true)
-		}
-		for i := range g.slots.s {
-			if e := g.slots.s[i].e.Load(); e != nil {
-				buf = append(buf, e)
-			}
-			if testHooks.slotRead != nil {
-				testHooks.slotRead(i)
-			}
-		}
-		if !bypassed {
-			g.slots.bypass.Store(false)
-		}
-		g.unlock()
-		return buf
-	}
-}
-
-// items returns the items in existence as the gate counts them: permits
-// held (leased, parked, being created, checked or destroyed) plus idle.
-func (g *gate[T]) items() int {
-	g.lock()
-	defer g.unlock()
-	return g.held + g.idle.len()
-}
-
-// maxSize returns the gate's size now.
-func (g *gate[T]) maxSize() int {
-	g.lock()
-	defer g.unlock()
-	return g.size
-}
-
-// queueAndSize returns the waiters queued now, the gate's size and the
-// items dying.
-func (g *gate[T]) queueAndSize() (queued, size, dying int) {
-	g.lock()
-	defer g.unlock()
-	return g.waiters.n, g.size, g.dying
-}
-
-// isClosed reports whether close has run.
-func (g *gate[T]) isClosed() bool {
-	g.lock()
-	defer g.unlock()
-	return g.closed
-}
-
-// resize sets the gate's size to n. Growing grants the queued waiters, in
-// FIFO order, the right to create an item as far as the new room goes.
-// Shrinking below the items in existence (held + idle) takes idle items out
-// to destroy, each with a permit, as many as the excess and idle items
-// allow; the caller destroys them and frees their permits. The rest
-// of the excess is leased: shrinking stays set, so the slots are bypassed,
-// giveBack refuses an item (its holder destroys it) and a bare permit retires
-// instead of reaching a waiter, until held + idle fits. It returns ErrClosed
-// on a closed gate.
-func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
-	g.lock()
-	defer g.unlock()
-	if g.closed {
-		return nil, ErrClosed
-	}
-	g.size = n
-	for g.waiters.n > 0 && g.held+g.idle.len() < g.size {
-		g.held++ // a waiter exists only while no item is idle: a bare permit
-		g.grantOldest(nil, nil)
-	}
-	over := g.alive() - g.size
-	if g.setBypass() {
-		// Parked entries hold permits of their own; those not to destroy
-		// join the idle queue, as bypass requires.
-		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-			if over > 0 {
-				e.flipHold() // on its way to Destroy: no lease (holders.go)
-				excess = append(excess, e)
-				over--
-			} else {
-				g.giveBackLocked(e)
-			}
-		}
-	}
-	for ; over > 0; over-- {
-		e := g.idle.pop()
-		if e == nil {
-			break // the rest of the excess is leased
-		}
-		g.held++
-		e.flipHold()
-		excess = append(excess, e)
-	}
-	if len(excess) > 0 {
-		g.takenOut.Add(1)
-	}
-	return excess, nil
 }

@@ -42,7 +42,7 @@ import (
 // then out at the end of the copy, in the lease of the generation read
 // (or in one of the windows below). Every path that takes an entry
 // out of the idle ring to destroy it holds the entry in the critical
-// section that takes it out (gate.drainIdle, takeExpired, resize, and
+// section that takes it out (gate.drainIdle, takeWhere, resize, and
 // takeIdleIf for the upkeep's checks), so a copy that no longer finds it
 // finds its holds moved; an entry whose lease ended moved its gen; and an
 // entry that left the registry after the scan listed it (destroyed or

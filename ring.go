@@ -47,7 +47,7 @@ import (
 // must not sit in slots: a waiter would wait while an item idles, and a
 // closed pool must destroy every item. The gate keeps bypass set in those
 // states, and for a while after a wait ends: until an item goes idle, or
-// its room comes free, with nobody waiting (see gate.setBypass). It
+// its permit comes free, with nobody waiting (see gate.setBypass). It
 // changes bypass under gate.mu, and:
 //   - take and park do nothing while bypass is set;
 //   - the gate, after setting bypass, steals every parked entry: hands it to
