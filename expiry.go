@@ -11,31 +11,18 @@ import (
 //
 // # Sweeping
 //
-// A lease takes the item in its processor's slot when there is one, so
-// under a light load the same few items serve every lease and the items
-// behind them, in the idle queue or in other processors' slots, are never
-// met by a lease: judging only the items that leases meet would keep them
-// forever. So expiry is also swept.
-//
-// The invariant: while leases or releases happen, every idle item is
-// judged at least once every sweepEvery (half the smaller of IdleTimeout
-// and MaxLifetime, and at least a millisecond). Each lease or release that
-// already reads the clock (it does whenever IdleTimeout or MaxLifetime is
-// set, to judge or stamp its item) compares it with sweepAt; the one that
-// first finds it passed moves sweepAt a period on, by compare-and-swap, so
-// exactly one goroutine sweeps per period, and sweeps: under the gate's
-// lock, it moves the parked items into the idle queue (judging a parked
-// item needs owning it: its fields belong to whoever holds it) and takes
-// out every expired one, each with a permit; then, outside the lock, it
-// hands them to their Destroy. An expired idle item is so destroyed within a period of
-// the first lease or release after its expiry.
-//
-// With IdleTimeout and MaxLifetime both 0, sweepEvery is 0 and nothing of
-// this is on the lease and release paths. With them set, a lease or release
-// that reads the clock adds one atomic load of sweepAt, which is written
-// once a period.
-//
-// With the upkeep on, an item that expired only by idling stays while
+// Under a light load the same few items serve every lease, from their
+// processors' slots, and the items behind them are never met. So expiry is
+// also swept, with this invariant: while leases or releases happen, every
+// idle item is judged at least once every sweepEvery (half the smaller of
+// IdleTimeout and MaxLifetime, at least a millisecond). A lease or release
+// that reads the clock anyway compares it with sweepAt; the one that first
+// finds it passed moves it a period on, by compare-and-swap, and sweeps:
+// under the gate's lock it moves the parked items into the idle queue
+// (judging an item needs owning it) and takes out every expired one with a
+// permit, then hands them to their Destroy outside the lock. Without either
+// limit none of this is on the lease path; with one, it costs an atomic
+// load. With the upkeep on, an item that expired only by idling stays while
 // MinSize or fewer items exist: the upkeep would create it again at once.
 
 // expired says whether an idle item has outlived its lifetime or
