@@ -54,7 +54,7 @@ type LeakReport struct {
 	// Options.LeakThreshold or Options.TrackLeaseSites is set. With
 	// TrackLeaseSites it is exact; without, the pool sees a lease only at
 	// its scans, every LeakThreshold/8, and Age may fall short of the
-	// truth by about that much (see "Leaks" in the package documentation),
+	// truth by about that much,
 	// or be 0 for a lease the garbage collector found before any scan saw
 	// it.
 	Age time.Duration

@@ -68,7 +68,8 @@ type Options[T any] struct {
 	// creation is logged, counted in Stats.CreateErrors and retried with
 	// SeedInBackground's backoff, until Close. So a busy pool has a spare ready
 	// where MinSize, a floor on all the items, would leave the next lease to
-	// create one in the caller. Between 0 and MaxSize. Default 0: none.
+	// create one in the caller. A pool dropped without Close stops making
+	// spares once it is collected. Between 0 and MaxSize. Default 0: none.
 	MinIdle int
 
 	// MaxQueuedLeases caps the leases that wait for an item: a Lease that
@@ -144,7 +145,7 @@ type Options[T any] struct {
 	// free again, and the call is left to finish on its own. A peer that
 	// has gone silent, and makes a close block, so holds one room for at
 	// most DestroyTimeout. 0: the pool waits as long as Destroy takes, and
-	// a Destroy that never returns holds its room for good.
+	// a Destroy that never returns holds its place for good.
 	DestroyTimeout time.Duration
 
 	// MeterProvider receives the pool's OpenTelemetry instruments (see
@@ -171,15 +172,15 @@ type Options[T any] struct {
 	// LeakThreshold: a lease still held this long after it began is
 	// reported once as a possible leak, between LeakThreshold and 1.5 ×
 	// LeakThreshold after it began (plus scheduling delay; below 8 ms,
-	// within LeakThreshold + 3 ms: see "Leaks" in the package
-	// documentation): OnLeak with
-	// LeakReport.Held, a Warn through Logger with its age (and, with
-	// TrackLeaseSites, the stack that took it), Stats.LongLeases and
-	// pool.leases.long. When such a lease ends, Logger says so at Info,
-	// with its final age. It also gives Outstanding its ages. The pool
-	// watches on a goroutine of its own, from New to Close, that scans the
-	// items every LeakThreshold/8; what it costs a lease and release is in
-	// "Leaks" in the package documentation. 0: never.
+	// within LeakThreshold + 3 ms): OnLeak with LeakReport.Held, a Warn
+	// through Logger with its age (and, with TrackLeaseSites, the stack
+	// that took it), Stats.LongLeases and pool.leases.long. When such a
+	// lease ends, Logger says so at Info, with its final age. It also gives
+	// Outstanding its ages; without TrackLeaseSites an age counts from the
+	// first scan that saw the lease out, up to LeakThreshold/8 short. The
+	// pool watches on a goroutine of its own, from New to Close, that scans
+	// the items every LeakThreshold/8 (at most once a millisecond); a lease
+	// pays nothing for it, a release a load and a compare. 0: never.
 	LeakThreshold time.Duration
 
 	// TrackLeaseSites records, on every lease, when and where (the stack of
@@ -187,9 +188,9 @@ type Options[T any] struct {
 	// and Outstanding can say. Off, leak detection costs nothing per lease.
 	// On, every lease takes the slow path and walks its caller's stack,
 	// which costs a lease and release many times as much, and each item
-	// some memory; still no allocation per lease ("Leaks" in the package
-	// documentation says how much). For tests, debugging, or a service
-	// hunting a leak.
+	// about 300 bytes; still no allocation per lease (docs/DESIGN.md, "What
+	// TrackLeaseSites costs", has the figures). For tests, debugging, or a
+	// service hunting a leak.
 	TrackLeaseSites bool
 
 	// UpkeepInterval runs the pool's upkeep this often (spread by up to
@@ -202,7 +203,10 @@ type Options[T any] struct {
 	// meets it; and creates items until MinSize exist, never past MaxSize
 	// and never while leases wait (failures are logged and retried sooner,
 	// backing off up to UpkeepInterval). An item being checked or created
-	// counts against MaxSize and is never lent meanwhile. 0: no upkeep.
+	// counts against MaxSize and is never lent meanwhile. Close, Clear or
+	// SetMaxSize called from a callback the upkeep runs returns at once (a
+	// Shutdown there ends only with its ctx), and a callback that panics or
+	// calls runtime.Goexit leaves the upkeep running. 0: no upkeep.
 	UpkeepInterval time.Duration
 
 	// Tracer sees each lease in the caller's goroutine: its start, its
