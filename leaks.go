@@ -54,9 +54,8 @@ type LeakReport struct {
 	// Options.LeakThreshold or Options.TrackLeaseSites is set. With
 	// TrackLeaseSites it is exact; without, the pool sees a lease only at
 	// its scans, every LeakThreshold/8, and Age may fall short of the
-	// truth by about that much,
-	// or be 0 for a lease the garbage collector found before any scan saw
-	// it.
+	// truth by about that much, or be 0 for a lease the garbage collector
+	// found before any scan saw it.
 	Age time.Duration
 	// Stack is the stack of the Lease (or TryLease, or Do) call that took
 	// the lease, innermost first, one "function\n\tfile:line" per frame;
