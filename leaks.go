@@ -178,12 +178,12 @@ type leakSite struct {
 }
 
 // leakSiteSkip makes runtime.Callers start at the caller of Lease,
-// TryLease or Do: it skips Callers, recordSite, leaseCall and Lease (or
-// TryLease, or Do), which calls leaseCall directly. The walk reads each
+// TryLease or Do: it skips Callers, recordSite, leaseAtEdge, lease and
+// Lease (or TryLease, or Do), which calls lease directly. The walk reads each
 // frame's tables from the start of its function, so starting it near the
 // caller, not from deep inside the lease path, keeps it cheap.
 // TestLeakReportNamesTheLeasingFunction checks it.
-const leakSiteSkip = 4
+const leakSiteSkip = 5
 
 // recordSite notes when and where the lease of e was taken. The walk runs
 // under the lock, straight into the site: a reader waits for one walk at

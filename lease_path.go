@@ -33,14 +33,14 @@ import (
 // error, wrapped. The caller must end the lease: defer l.Release().
 // Lease panics when ctx is nil.
 func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
-	return p.leaseCall(ctx, mayWait)
+	return p.lease(ctx, mayWait, nil)
 }
 
 // TryLease is Lease without the wait: when MaxSize items are in use, or
 // other leases already wait for one, it returns ErrExhausted at once. It
 // may still create and prepare an item, within ctx.
 func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
-	return p.leaseCall(ctx, noWait)
+	return p.lease(ctx, noWait, nil)
 }
 
 // Do leases an item, calls fn with it and ends the lease: Release when fn
@@ -57,7 +57,7 @@ func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 //		return nil
 //	})
 func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
-	l, err := p.leaseCall(ctx, mayWait)
+	l, err := p.lease(ctx, mayWait, nil)
 	if err != nil {
 		return err
 	}
@@ -77,28 +77,17 @@ func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
 	return err
 }
 
-// leaseCall is the one entry of Lease, TryLease and Do, called by each
-// directly: a traced lease goes through the Tracer (leaseTraced), and with
-// TrackLeaseSites the site of the call is recorded here, leakSiteSkip
-// frames below the caller.
-func (p *Pool[T]) leaseCall(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
-	if p.route.traced {
-		l, err = p.leaseTraced(ctx, wait)
-	} else {
-		l, err = p.lease(ctx, wait, nil)
-	}
-	if p.route.sited && err == nil {
-		recordSite(l.e)
-	}
-	return l, err
-}
-
-// lease is the fast path, and the gate's admission for the slow lease. A
-// traced lease passes lt, for the slow lease to fill in; the fast path
-// does nothing it would measure.
+// lease is the one entry of Lease, TryLease and Do, called by each with
+// lt nil: the fast path, and the gate's admission for the slow lease. A
+// pool with a Tracer or TrackLeaseSites first goes to the edge
+// (leaseAtEdge), which calls it again with an lt for the slow lease to
+// fill in; the fast path does nothing it would measure.
 func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	if ctx == nil {
 		panic(errNilContext)
+	}
+	if p.route.edge && lt == nil {
+		return p.leaseAtEdge(ctx, wait)
 	}
 	if err := ctx.Err(); err != nil {
 		return p.leaseFailed(ctx, errCanceled, err) // gave up already: take nothing

@@ -114,6 +114,8 @@ type route struct {
 	// traced: every lease goes through leaseTraced, and every release
 	// through releaseTraced, for Options.Tracer (trace.go).
 	traced bool
+	// edge: traced or sited; a lease goes through leaseAtEdge.
+	edge bool
 }
 
 // leaseWay is what a lease does with the idle item it takes from its
@@ -155,6 +157,7 @@ func routeFor[T any](o Options[T], withMetrics bool) route {
 		sited:   o.TrackLeaseSites,
 		traced:  o.Tracer != nil,
 	}
+	r.edge = r.traced || r.sited
 	watched := o.LeakThreshold > 0
 	r.marksOwnWork = watched && !r.sited
 	switch {

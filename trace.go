@@ -125,13 +125,25 @@ const (
 	stepDone                       // LeaseEnd has been called (and, for a granted lease, returned)
 )
 
+// leaseAtEdge is a lease in a pool with a Tracer (leaseTraced) or
+// TrackLeaseSites, whose site it records here, leakSiteSkip frames below
+// the caller of Lease, TryLease or Do.
+func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
+	if p.route.traced {
+		l, err = p.leaseTraced(ctx, wait)
+	} else {
+		l, err = p.lease(ctx, wait, &leaseTimes{})
+	}
+	if p.route.sited && err == nil {
+		recordSite(l.e)
+	}
+	return l, err
+}
+
 // leaseTraced is lease with Options.Tracer: LeaseStart, the lease on the
 // ctx it returned, LeaseEnd with what the lease measured, also when user
 // code the lease called panics (the panic goes on).
 func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
-	if ctx == nil {
-		panic(errNilContext)
-	}
 	tr := p.opts.Tracer
 	if c := tr.LeaseStart(ctx, p.opts.Name); c != nil {
 		ctx = c
