@@ -123,8 +123,13 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 		}
 		procUnpin()
 	}
-	// Next best: an idle item, or the permit to create one, from the gate, in
-	// the critical section that queues the lease when there is neither.
+	return p.leaseFromGate(ctx, wait, lt)
+}
+
+// leaseFromGate is a lease that missed its slot: an idle item, or the
+// permit to create one, from the gate, in the critical section that
+// queues the lease when there is neither.
+func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs)
 	if a == admitted && p.route.lease == leaseAsIs {
 		if p.opts.MinIdle > 0 {

@@ -166,15 +166,22 @@ func routeFor[T any](o Options[T], withMetrics bool) route {
 	case withMetrics:
 		r.lease = leaseSampled
 	}
+	r.release = releaseWayFor(r, o.Reset != nil, withMetrics || watched)
+	return r
+}
+
+// releaseWayFor is the release way of the route r: accounts says that the
+// end of a lease may have something to account for.
+func releaseWayFor(r route, reset, accounts bool) releaseWay {
 	switch {
 	case r.traced:
-		r.release = releaseTraced
-	case r.stamped || o.Reset != nil:
-		r.release = releaseSlowly
-	case withMetrics || watched:
-		r.release = releaseAccounts
+		return releaseTraced
+	case r.stamped || reset:
+		return releaseSlowly
+	case accounts:
+		return releaseAccounts
 	}
-	return r
+	return releaseParks
 }
 
 // New returns a pool that creates items with f, configured by opts, after
