@@ -9,10 +9,10 @@ import "slices"
 // and count the batch in takenOut (see gate.takenOut).
 
 // takeWhere removes from the idle ring, parked entries included, the
-// entries for which drop reports true, each with a permit and held (see
-// holders.go), for the caller to destroy. drop sees, with each entry, the
-// items in existence, less those it dropped before. See "Sweeping" in
-// expiry.go.
+// entries for which drop reports true, each with a permit and marked
+// busy (see holders.go), for the caller to destroy. drop sees, with each
+// entry, the items in existence, less those it dropped before. See
+// "Sweeping" in expiry.go.
 func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry[T]) {
 	g.lock()
 	defer g.unlock()
@@ -23,7 +23,7 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 			return false
 		}
 		n--
-		e.flipHold() // on its way to Destroy: no lease (holders.go)
+		e.flipBusy() // on its way to Destroy: no lease (holders.go)
 		es = append(es, e)
 		return true
 	})
@@ -35,7 +35,7 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 }
 
 // takeIdleIf removes and returns the oldest idle entry for which want
-// reports true, with a permit and held (see holders.go), or nil when there
+// reports true, with a permit and marked busy (see holders.go), or nil when there
 // is none.
 func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	g.lock()
@@ -50,7 +50,7 @@ func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	})
 	if e != nil {
 		g.held++
-		e.flipHold()
+		e.flipBusy()
 	}
 	return e
 }
@@ -76,7 +76,7 @@ func (g *gate[T]) drainIdleLocked() []*entry[T] {
 		es = append(es, e)
 	}
 	for _, e := range es {
-		e.flipHold() // on its way to Destroy: no lease (holders.go)
+		e.flipBusy() // on its way to Destroy: no lease (holders.go)
 	}
 	return es
 }
@@ -235,7 +235,7 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 		// join the idle queue, as bypass requires.
 		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
 			if over > 0 {
-				e.flipHold() // on its way to Destroy: no lease (holders.go)
+				e.flipBusy() // on its way to Destroy: no lease (holders.go)
 				excess = append(excess, e)
 				over--
 			} else {
@@ -249,7 +249,7 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 			break // the rest of the excess is leased
 		}
 		g.held++
-		e.flipHold()
+		e.flipBusy()
 		excess = append(excess, e)
 	}
 	if len(excess) > 0 {

@@ -27,8 +27,8 @@ import (
 //
 //   - gen, bumped once as each lease ends (lease.go): a lease is an entry
 //     and a generation;
-//   - holds, flipped by the pool as it takes an entry for work of its own
-//     between two leases and again as it lets go (flipHold), so that it is
+//   - busy, flipped by the pool as it takes an entry for work of its own
+//     between two leases and again as it lets go (flipBusy), so that it is
 //     odd meanwhile: a fresh item being prepared, an idle one checked by
 //     the upkeep and, when the pool marks its own work (route.marksOwnWork),
 //     one being judged for a lease, reset, or waiting out a sweep on its
@@ -36,17 +36,17 @@ import (
 //   - the idle entries, queued or parked, copied under the gate's lock
 //     (gate.idleEntries).
 //
-// A scan reads gen and holds, then copies the idle entries, then reads gen
-// and holds again: an entry is out when it is registered, not idle, its
-// holds even and neither gen nor holds moved between the two reads. It is
+// A scan reads gen and busy, then copies the idle entries, then reads gen
+// and busy again: an entry is out when it is registered, not idle, its
+// busy mark even and neither gen nor busy moved between the two reads. It is
 // then out at the end of the copy, in the lease of the generation read
 // (or in one of the windows below). Every path that takes an entry
 // out of the idle ring to destroy it holds the entry in the critical
 // section that takes it out (gate.drainIdle, takeWhere, resize, and
 // takeIdleIf for the upkeep's checks), so a copy that no longer finds it
-// finds its holds moved; an entry whose lease ended moved its gen; and an
+// finds its busy mark moved; an entry whose lease ended moved its gen; and an
 // entry that left the registry after the scan listed it (destroyed or
-// detached) has its holds at holdsGone. So no entry waiting for its
+// detached) has its busy mark at busyGone. So no entry waiting for its
 // Destroy, nor one whose lease ended before the copy, is out, and each
 // entry out is, at the end of the copy, leased or in one of the windows.
 //
@@ -72,7 +72,7 @@ import (
 // behind the scan itself, and log the end of a reported lease through the
 // Logger. So Outstanding never lists more leases than are out, counting
 // each from the start of its Lease call to the end of the call that ends
-// it: whatever else may take long between two leases is a hold. With
+// it: whatever else may take long between two leases is marked busy. With
 // TrackLeaseSites a scan knows exactly: the site records the generation of
 // the lease it describes (recordSite), and an entry is out when its site
 // describes its current generation.
@@ -97,15 +97,15 @@ func (r *registry[T]) add(e *entry[T]) {
 // remove forgets e, as its destruction or Detach begins, and marks it
 // gone for the scans that listed it before (see "Which entries are out").
 func (r *registry[T]) remove(e *entry[T]) {
-	e.holds.Store(holdsGone)
+	e.busy.Store(busyGone)
 	r.mu.Lock()
 	delete(r.all, e.self)
 	r.mu.Unlock()
 }
 
-// holdsGone is entry.holds once the entry has left the registry: odd, and
+// busyGone is entry.busy once the entry has left the registry: odd, and
 // never even again.
-const holdsGone = math.MaxUint32
+const busyGone = math.MaxUint32
 
 // list appends every registered entry to buf, and forgets those the
 // garbage collector has taken: leaked leases, which their cleanups report.
@@ -122,10 +122,10 @@ func (r *registry[T]) list(buf []*entry[T]) []*entry[T] {
 	return buf
 }
 
-// flipHold marks the start, and then the end, of the pool's own work on e
-// between two leases: holds is odd in between (see "Which entries are
+// flipBusy marks the start, and then the end, of the pool's own work on e
+// between two leases: busy is odd in between (see "Which entries are
 // out"). Whoever holds e's permit calls it, in pairs.
-func (e *entry[T]) flipHold() { e.holds.Add(1) }
+func (e *entry[T]) flipBusy() { e.busy.Add(1) }
 
 // scanBufs are a scan's buffers, kept by the watcher from one scan to the
 // next, emptied of entries in between (drop).
@@ -138,11 +138,11 @@ type scanBufs[T any] struct {
 
 // sighting is what a scan saw of one entry.
 type sighting[T any] struct {
-	e     *entry[T]
-	gen   uint64
-	holds uint32
-	out   bool
-	at    int64 // with TrackLeaseSites: when the lease was taken
+	e    *entry[T]
+	gen  uint64
+	busy uint32
+	out  bool
+	at   int64 // with TrackLeaseSites: when the lease was taken
 }
 
 // drop lets go of the entries the last scan held, so that it keeps none
@@ -161,7 +161,7 @@ func (b *scanBufs[T]) drop() {
 func (p *Pool[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
 	b.es = p.reg.list(b.es)
 	for _, e := range b.es {
-		b.seen = append(b.seen, sighting[T]{e: e, gen: e.gen.Load(), holds: e.holds.Load()})
+		b.seen = append(b.seen, sighting[T]{e: e, gen: e.gen.Load(), busy: e.busy.Load()})
 	}
 	if p.route.sited {
 		for i := range b.seen {
@@ -187,8 +187,8 @@ func (p *Pool[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
 		x := &b.seen[i]
 		_, idle := b.set[x.e]
 		// Read again: out at the instant of the idle copy, in the lease x
-		// saw, only when neither gen nor holds moved around it.
-		x.out = !idle && x.holds&1 == 0 && x.e.gen.Load() == x.gen && x.e.holds.Load() == x.holds
+		// saw, only when neither gen nor busy moved around it.
+		x.out = !idle && x.busy&1 == 0 && x.e.gen.Load() == x.gen && x.e.busy.Load() == x.busy
 	}
 	return b.seen, p.now()
 }

@@ -58,10 +58,11 @@ type entry[T any] struct {
 	// trace.go. Made at creation.
 	trace *traceState
 
-	// self is the registry's weak pointer to the entry, and holds counts
-	// the pool's own holds of it between leases: see holders.go.
-	self  weak.Pointer[entry[T]]
-	holds atomic.Uint32
+	// self is the registry's weak pointer to the entry, and busy counts
+	// the pool's own work on it between leases (odd meanwhile): see
+	// holders.go.
+	self weak.Pointer[entry[T]]
+	busy atomic.Uint32
 
 	// atEnd says what the end of the current lease must account for
 	// (Pool.leaseEnded), so that a release tests one word for it. Its bits

@@ -362,7 +362,7 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTi
 		return lendIt, 0, nil
 	}
 	if p.route.marksOwnWork {
-		e.flipHold() // judged, checked or destroyed: not a lease yet
+		e.flipBusy() // judged, checked or destroyed: not a lease yet
 	}
 	if why, expired := p.expired(e, now); expired && (why != reasonIdle || !p.keepsFloor()) {
 		return destroyIt, why, nil
@@ -390,7 +390,7 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTi
 // endJudging ends the pool's own work on e that judge marked.
 func (p *Pool[T]) endJudging(e *entry[T]) {
 	if p.route.marksOwnWork {
-		e.flipHold()
+		e.flipBusy()
 	}
 }
 

@@ -65,11 +65,11 @@ func (f CheckFunc[T]) Prepare(ctx context.Context, item T) error {
 // prepareFresh prepares a fresh item for the lease that created it: held
 // meanwhile (see holders.go), since the item is not out on a lease yet.
 func (p *Pool[T]) prepareFresh(ctx context.Context, e *entry[T]) error {
-	e.flipHold()
+	e.flipBusy()
 	if err := p.prepare(ctx, e); err != nil {
 		return err // destroyed by the caller: no longer registered
 	}
-	e.flipHold()
+	e.flipBusy()
 	return nil
 }
 

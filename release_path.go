@@ -143,7 +143,7 @@ func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
 // goes on).
 func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	if p.route.marksOwnWork {
-		e.flipHold() // between two leases, for as long as Reset takes
+		e.flipBusy() // between two leases, for as long as Reset takes
 	}
 	defer func() {
 		if !ok {
@@ -155,7 +155,7 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 		return false
 	}
 	if p.route.marksOwnWork {
-		e.flipHold()
+		e.flipBusy()
 	}
 	return true
 }

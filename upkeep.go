@@ -193,7 +193,7 @@ func (p *Pool[T]) checkIdle(now int64) {
 			continue
 		}
 		e.checkedAt = p.now()
-		e.flipHold()
+		e.flipBusy()
 		p.giveBackToGate(e)
 	}
 }

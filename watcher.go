@@ -27,8 +27,8 @@ import (
 // has been reported; since is when the watcher first saw it out (with
 // TrackLeaseSites, when it was taken).
 //
-// Without TrackLeaseSites, gen and holds only grow, so an entry that two
-// scans in a row see out with the same generation and holds was, from the
+// Without TrackLeaseSites, gen and busy only grow, so an entry that two
+// scans in a row see out with the same generation and busy mark was, from the
 // first to the second, in one lease or in one of the windows of "Which
 // entries are out". A window never spans two scans a period apart (unless
 // a goroutine stays inside one for that long), so the second
@@ -79,7 +79,7 @@ type watchMark struct {
 	since atomic.Int64  // the pool's clock when the watcher first saw it out, or when it was taken
 
 	// The watcher's own: only the watcher touches them.
-	holds     uint32 // entry.holds when it was first seen
+	busy      uint32 // entry.busy when it was first seen
 	sightings uint8  // the scans in a row that saw it out, up to 2
 	secondAt  int64  // the clock of the second
 }
@@ -144,7 +144,7 @@ func (p *Pool[T]) follow(x *sighting[T], now int64) {
 	switch cur := mk.lease.Load(); {
 	case cur&reportedBit != 0:
 		return // reported already, or an earlier lease, reported, whose end has not unfollowed it yet
-	case cur != want || !p.route.sited && mk.holds != x.holds:
+	case cur != want || !p.route.sited && mk.busy != x.busy:
 		if !p.startFollowing(x, cur, now) {
 			return
 		}
@@ -172,7 +172,7 @@ func (p *Pool[T]) startFollowing(x *sighting[T], cur uint64, now int64) bool {
 	if p.route.sited {
 		since = x.at
 	}
-	mk.holds, mk.sightings = x.holds, 1
+	mk.busy, mk.sightings = x.busy, 1
 	mk.since.Store(since)
 	if !mk.lease.CompareAndSwap(cur, followed(x.gen)) {
 		return false
