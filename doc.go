@@ -44,7 +44,8 @@
 // Leased. A lease takes the idle item that went idle last (so that under a
 // light load the rest idle long enough to expire) or creates one. With a
 // [Preparer] the item is checked, within Options.PreparationTimeout: a
-// fresh item always, an idle one when it sat idle at least
+// fresh item always, and one the Preparer has never accepted (the item of
+// an abandoned creation); an idle one when it sat idle at least
 // Options.CheckAfterIdle. An idle item that fails is destroyed and the lease
 // goes on with another; a fresh one that fails is destroyed and its error
 // returned, wrapped.
@@ -104,11 +105,13 @@
 // When MaxSize items are in use, [Pool.Lease] waits in a FIFO queue. A
 // released item goes straight to the oldest waiting lease, and a destroyed
 // item's place goes to it as the right to create a fresh one: a woken lease
-// never wakes to nothing and no newcomer overtakes the queue. (A Release
+// never wakes to nothing and no newcomer overtakes the queue. A Release
 // that hands its item over yields its processor once, so that the woken
-// lease runs at once.) A lease whose item fails its check keeps its place:
-// it waits again ahead of the leases that queued after it, and
-// MaxQueuedLeases does not refuse it. The wait ends with:
+// lease runs at once: under saturation that Release may take a scheduler's
+// time slice to return, and Stats.WaitTime reads less. A lease whose item
+// fails its check keeps its place: it waits again ahead of the leases that
+// queued after it, and MaxQueuedLeases does not refuse it. The wait ends
+// with:
 //
 //   - an item;
 //   - [ErrLeaseTimeout], once Options.LeaseTimeout has passed since the

@@ -218,9 +218,10 @@ type Options[T any] struct {
 
 	// Logger receives, at Warn, the errors that have no caller to return
 	// to: a Destroy or Reset that fails on Release or Discard, on expiry or
-	// in the background; a creation whose lease gave up on it; Clear's
-	// refill. Each record carries the pool's name as pool.name and the
-	// error as err. With LeakThreshold it also receives, at Warn, each
+	// in the background; a creation whose lease gave up on it; the
+	// background's creations (the seeding, Clear's refill, MinIdle's
+	// spares, the upkeep's) and the upkeep's checks. Each record carries
+	// the pool's name as pool.name and the error as err. With LeakThreshold it also receives, at Warn, each
 	// lease held past it (with age and, with TrackLeaseSites, stack instead
 	// of err), and at Info the end of such a lease (with age, its final
 	// age). nil: not logged (they are still counted in Stats).

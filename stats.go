@@ -30,12 +30,12 @@ type Stats struct {
 	ItemsAllocated int
 	// ItemsAvailable is the number of idle items, ready to be leased.
 	ItemsAvailable int
-	// ActiveLeases is the number of items in use: leased, or being created
-	// or destroyed. An item released at the instant of the snapshot may be
+	// ActiveLeases is the number of items in use: leased, or being created,
+	// checked by the upkeep or destroyed; a leaked lease's item stays here. An item released at the instant of the snapshot may be
 	// counted here rather than in ItemsAvailable; their sum is exact.
 	ActiveLeases int
 	// QueuedLeases is the number of leases waiting now, MaxSize items being
-	// in use.
+	// in use: it is above 0 only when ItemsAllocated has reached MaxSize.
 	QueuedLeases int
 	// Destroying is the number of items whose Destroy the pool is waiting
 	// for now (at most DestroyTimeout each): they count in ActiveLeases and
@@ -47,7 +47,8 @@ type Stats struct {
 	// Waits counts the waits of leases that had to wait for an item,
 	// whatever the outcome (a lease that queued again, when its item failed
 	// its check, counts each); WaitTime is the total time they waited. A
-	// lease served at once adds to neither.
+	// lease served at once adds to neither, and creation and preparation
+	// are not part of WaitTime.
 	Waits    uint64
 	WaitTime time.Duration
 	// Timeouts counts leases that failed with ErrLeaseTimeout.
@@ -70,8 +71,8 @@ type Stats struct {
 	// IdleTimeout and MaxLifetime; PrepareFailed, items destroyed because
 	// IsReady or Prepare failed or timed out.
 	IdleExpired, LifetimeExpired, PrepareFailed uint64
-	// DestroyErrors counts Destroy calls that returned an error or
-	// panicked. Each such item still counts as destroyed.
+	// DestroyErrors counts Destroy calls that returned an error, panicked
+	// or outlasted DestroyTimeout. Each such item still counts as destroyed.
 	DestroyErrors uint64
 	// CreateErrors counts factory calls that failed: returned an error (or
 	// a nil item), panicked or called runtime.Goexit, whoever made them (a
