@@ -138,7 +138,7 @@ func (p *Pool[T]) runDestroy(e *entry[T], why reason, b *destroyBatch, id uint64
 	if d := p.opts.DestroyTimeout; d > 0 {
 		t := time.AfterFunc(d, func() {
 			if state.CompareAndSwap(destroyRunning, destroyTimedOut) {
-				p.endDestroy(why, fmt.Errorf("pool %q: destroy item: %w (%v); its room is free again", p.opts.Name, errDestroyTimeout, d), b, id)
+				p.endDestroy(why, fmt.Errorf("pool %q: destroy item: %w (%v); its place under MaxSize is free again", p.opts.Name, errDestroyTimeout, d), b, id)
 			}
 		})
 		defer t.Stop()

@@ -61,8 +61,8 @@ type Options[T any] struct {
 	MaxSize int
 
 	// MinIdle items are kept idle, spare, for the leases to come: when a lease
-	// leaves fewer idle (one that takes the slow way, not finding an item parked
-	// on its processor or judging it, looks), at New, and with UpkeepInterval in
+	// may have left fewer idle (one that did not reuse the item its own
+	// goroutine's processor released last), at New, and with UpkeepInterval in
 	// every round, the pool creates items in the background until MinIdle are idle
 	// or MaxSize exist, never while leases wait (they create their own). A failed
 	// creation is logged, counted in Stats.CreateErrors and retried with
@@ -141,10 +141,10 @@ type Options[T any] struct {
 
 	// DestroyTimeout bounds how long the pool waits for one Destroy: past
 	// it, the item counts as destroyed (in Stats.Destroyed and
-	// DestroyErrors, with a Warn through Logger), its room in the pool is
-	// free again, and the call is left to finish on its own. A peer that
-	// has gone silent, and makes a close block, so holds one room for at
-	// most DestroyTimeout. 0: the pool waits as long as Destroy takes, and
+	// DestroyErrors, with a Warn through Logger), its place under MaxSize
+	// is free again, and the call is left to finish on its own. A peer
+	// that has gone silent, and makes a close block, so takes one place
+	// under MaxSize for at most DestroyTimeout. 0: the pool waits as long as Destroy takes, and
 	// a Destroy that never returns holds its place for good.
 	DestroyTimeout time.Duration
 

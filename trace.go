@@ -28,7 +28,7 @@ import (
 // Its methods run on the caller's goroutine, in the caller's time: keep
 // them quick. A panic in one goes on to the caller, as a panic of the
 // caller's own code would, once the pool has accounted for the lease: no
-// item and no room in the pool is lost (a lease whose LeaseEnd panicked is
+// item and no place under MaxSize is lost (a lease whose LeaseEnd panicked is
 // given back, and sees no Released; the item of a Detach whose Released
 // panicked, which its caller never receives, is destroyed).
 type Tracer interface {
