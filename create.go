@@ -240,11 +240,8 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	}
 	now := p.now()
 	e := &entry[T]{value: v, pool: p, era: era, createdAt: now, deadline: p.deadline(now), idleAt: now}
-	if p.route.sited {
-		e.site = new(leakSite)
-	}
-	if p.watcher != nil {
-		e.mark = new(watchMark)
+	if p.route.recorded {
+		e.rec = new(leaseRecord)
 	}
 	if p.route.traced {
 		e.trace = new(traceState)

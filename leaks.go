@@ -32,8 +32,7 @@ import (
 // runtime keeps the argument alive as a root, so the entry would never
 // become unreachable) nor the pool (which reaches its idle entries). It
 // reaches the pool's leakSink, which refers to the pool only through a
-// weak pointer, and the entry's leakSite and watchMark, which refer to
-// neither.
+// weak pointer, and the entry's leaseRecord, which refers to neither.
 //
 // Telling 1 from 3: an idle entry is reachable from its pool, so it dies
 // with its pool, in the same cycle or later, never earlier. The runtime
@@ -50,12 +49,9 @@ import (
 type LeakReport struct {
 	// Pool is the pool's Name.
 	Pool string
-	// Age is how long the lease had been out when reported; 0 unless
-	// Options.LeakThreshold or Options.TrackLeaseSites is set. With
-	// TrackLeaseSites it is exact; without, the pool sees a lease only at
-	// its scans, every LeakThreshold/8, and Age may fall short of the
-	// truth by about that much, or be 0 for a lease the garbage collector
-	// found before any scan saw it.
+	// Age is how long the lease had been out when reported, from the
+	// moment its Lease call got the item; 0 unless Options.LeakThreshold or
+	// Options.TrackLeaseSites is set.
 	Age time.Duration
 	// Stack is the stack of the Lease (or TryLease, or Do) call that took
 	// the lease, innermost first, one "function\n\tfile:line" per frame;
@@ -107,14 +103,13 @@ func newLeakSink[T any](p *Pool[T]) *leakSink {
 // leakArg is the argument of an entry's cleanup.
 type leakArg struct {
 	sink *leakSink
-	site *leakSite  // nil without TrackLeaseSites
-	mark *watchMark // nil without LeakThreshold
+	rec  *leaseRecord // nil without LeakThreshold and TrackLeaseSites
 }
 
-// detectLeak registers e's cleanup, with the site and the mark it will
-// read. Called once, at creation, after they are made.
+// detectLeak registers e's cleanup, with the record it will read. Called
+// once, at creation, after the record is made.
 func detectLeak[T any](s *leakSink, e *entry[T]) {
-	e.cleanup = runtime.AddCleanup(e, leakFound, leakArg{sink: s, site: e.site, mark: e.mark})
+	e.cleanup = runtime.AddCleanup(e, leakFound, leakArg{sink: s, rec: e.rec})
 }
 
 // leakFound is the cleanup of an entry: it runs on the runtime's cleanup
@@ -131,79 +126,93 @@ func leakFound(a leakArg) {
 		a.sink.counter.Add(context.Background(), 1, a.sink.add...)
 	}
 	if a.sink.onLeak != nil {
-		go a.sink.report(a.site, a.mark)
+		go a.sink.report(a.rec)
 	}
 }
 
-// report builds the LeakReport of a leaked lease and calls OnLeak. Its Age
-// comes from the site, else from what the watcher saw of the lease: the
-// lease the mark follows is the last one the entry had, since a lease that
-// ends unfollows it (see watcher.go).
-func (s *leakSink) report(site *leakSite, mark *watchMark) {
+// report builds the LeakReport of a leaked lease, the last its entry's
+// record describes, and calls OnLeak.
+func (s *leakSink) report(rec *leaseRecord) {
 	r := LeakReport{Pool: s.name}
-	switch {
-	case site != nil:
-		site.mu.RLock() // nobody writes it any more: the entry is unreachable
-		at, n, pcs := site.at, site.n, site.pcs
-		site.mu.RUnlock()
-		if n > 0 {
-			r.Age = time.Duration(max(s.now()-at, 0))
-			r.Stack = formatStack(pcs[:n])
+	if rec != nil {
+		if w := rec.start.Load(); w != 0 {
+			r.Age = time.Duration(max(s.now()-w>>1, 0))
 		}
-	case mark != nil && mark.lease.Load() != 0:
-		r.Age = time.Duration(max(s.now()-mark.since.Load(), 0))
+		rec.mu.RLock() // nobody writes it any more: the entry is unreachable
+		r.Stack = formatStack(rec.pcs[:rec.n])
+		rec.mu.RUnlock()
 	}
 	s.onLeak(r)
 }
 
-// # Lease sites
+// # Lease records
 //
-// With TrackLeaseSites, each entry has a leakSite, made with it, so that a
-// lease allocates nothing. Only the lease holder writes it, under mu, as
-// the lease begins; the watcher, Outstanding and the cleanup read it under
-// mu's read lock. The scans only try that lock: a site being written
-// describes a lease just beginning, not out yet for them, and no scan
-// waits for a writer that may be descheduled mid-walk.
+// With LeakThreshold or TrackLeaseSites, each entry has a leaseRecord, made
+// with it, so that a lease allocates nothing. Only the lease holder writes
+// it, in the Lease call, before the handle is returned (Pool.record);
+// the watcher, Outstanding and the cleanup read it.
 
-// leakStackDepth bounds the frames a leakSite records.
+// leakStackDepth bounds the frames a leaseRecord keeps.
 const leakStackDepth = 32
 
-// leakSite is where an entry's current lease was taken.
-type leakSite struct {
+// leaseRecord is what an entry's latest lease recorded of itself.
+type leaseRecord struct {
+	// start is the pool's clock at the lease, shifted left one bit, with
+	// the lease's tag (leaseTag) in the low bit. Two leases in a row have
+	// different tags, so a reader that sees gen unchanged around its load
+	// knows whether the record is that lease's or the one before.
+	start atomic.Int64
+	// reported is the generation plus one of the lease reported as held
+	// past LeakThreshold, while its end has not been logged (watcher.go).
+	reported atomic.Uint64
+
+	// With TrackLeaseSites, the stack of the lease of generation lease-1,
+	// under mu. Readers only try the lock: a stack being written belongs
+	// to a lease just beginning.
 	mu    sync.RWMutex
-	lease uint64 // the generation of the lease recorded, plus 1; 0: none yet
-	at    int64  // the pool's clock at the lease
-	n     int    // pcs in use
+	lease uint64
+	n     int
 	pcs   [leakStackDepth]uintptr
 }
 
+// leaseTag is the low bit of leaseRecord.start for the lease of generation
+// gen: 1 for the first lease, so a record never written reads as none.
+func leaseTag(gen uint64) int64 { return int64(gen+1) & 1 }
+
+// startOf returns when the lease of generation gen began, when the record
+// is that lease's. The caller checks that gen did not move around the load.
+func (r *leaseRecord) startOf(gen uint64) (at int64, ok bool) {
+	w := r.start.Load()
+	return w >> 1, w&1 == leaseTag(gen)
+}
+
 // leakSiteSkip makes runtime.Callers start at the caller of Lease,
-// TryLease or Do: it skips Callers, recordSite, leaseAtEdge, lease and
-// Lease (or TryLease, or Do), which calls lease directly. The walk reads each
-// frame's tables from the start of its function, so starting it near the
-// caller, not from deep inside the lease path, keeps it cheap.
+// TryLease or Do: it skips Callers, record, leaseAtEdge, lease and Lease
+// (or TryLease, or Do). Starting the walk near the caller keeps it cheap.
 // TestLeakReportNamesTheLeasingFunction checks it.
 const leakSiteSkip = 5
 
-// recordSite notes when and where the lease of e was taken. The walk runs
-// under the lock, straight into the site: a reader waits for one walk at
-// most, and a lease copies no stack twice.
-func recordSite[T any](e *entry[T]) {
-	s := e.site
-	s.mu.Lock()
-	s.lease, s.at = e.gen.Load()+1, e.pool.now()
-	s.n = runtime.Callers(leakSiteSkip, s.pcs[:])
-	s.mu.Unlock()
+// record notes the start of l and, with TrackLeaseSites, where it was
+// taken: the walk runs under the lock, straight into the record.
+func (p *Pool[T]) record(l Lease[T]) {
+	r := l.e.rec
+	r.start.Store(p.now()<<1 | leaseTag(l.gen))
+	if p.route.sited {
+		r.mu.Lock()
+		r.lease = l.gen + 1
+		r.n = runtime.Callers(leakSiteSkip, r.pcs[:])
+		r.mu.Unlock()
+	}
 }
 
-// stackOf formats the stack the site recorded for the lease of generation
-// gen, or returns "" when it describes another lease by now.
-func (s *leakSite) stackOf(gen uint64) string {
-	if !s.mu.TryRLock() {
-		return "" // being written: it describes another lease now
+// stackOf formats the stack recorded for the lease of generation gen, or
+// returns "" when there is none, or it describes another lease by now.
+func (r *leaseRecord) stackOf(gen uint64) string {
+	if !r.mu.TryRLock() {
+		return ""
 	}
-	ok, n, pcs := s.lease == gen+1, s.n, s.pcs
-	s.mu.RUnlock()
+	ok, n, pcs := r.lease == gen+1, r.n, r.pcs
+	r.mu.RUnlock()
 	if !ok || n == 0 {
 		return ""
 	}

@@ -47,12 +47,11 @@ type entry[T any] struct {
 	useFrom int64
 
 	// cleanup reports the entry leaked (leaks.go); destroying or detaching
-	// the item stops it first. site, with TrackLeaseSites, is where the
-	// current lease was taken (leaks.go); mark, with LeakThreshold, what
-	// the watcher knows of it (watcher.go). All three are set at creation.
+	// the item stops it first. rec, with LeakThreshold or TrackLeaseSites,
+	// is what the latest lease recorded of itself (leaks.go). Both are set
+	// at creation.
 	cleanup runtime.Cleanup
-	site    *leakSite
-	mark    *watchMark
+	rec     *leaseRecord
 
 	// trace, with a Tracer, is what the current lease's end reports: see
 	// trace.go. Made at creation.
@@ -74,7 +73,7 @@ type entry[T any] struct {
 // The bits of entry.atEnd.
 const (
 	atEndSampled  = 1 << iota // the lease is sampled for pool.lease.use_time, from useFrom
-	atEndFollowed             // the watcher may follow the lease: unfollow it
+	atEndReported             // the watcher reported the lease as held: log its end
 )
 
 // Lease is a leased item: the right to use Value until the lease ends with

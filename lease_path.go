@@ -361,15 +361,11 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTi
 	if !p.route.judged {
 		return lendIt, 0, nil
 	}
-	if p.route.marksOwnWork {
-		e.flipBusy() // judged, checked or destroyed: not a lease yet
-	}
 	if why, expired := p.expired(e, now); expired && (why != reasonIdle || !p.keepsFloor()) {
 		return destroyIt, why, nil
 	}
 	if p.needsCheck(e, now) {
 		if err := ctx.Err(); err != nil {
-			p.endJudging(e)
 			return spareIt, 0, err
 		}
 		lt.start(p.opts.LeaseTimeout > 0)
@@ -383,15 +379,7 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTi
 	if p.route.stamped {
 		e.idleFor = max(now-e.idleAt, 0)
 	}
-	p.endJudging(e)
 	return lendIt, 0, nil
-}
-
-// endJudging ends the pool's own work on e that judge marked.
-func (p *Pool[T]) endJudging(e *entry[T]) {
-	if p.route.marksOwnWork {
-		e.flipBusy()
-	}
 }
 
 // createReady creates a fresh item for the permit the caller holds and, with

@@ -106,15 +106,13 @@ type route struct {
 	// sited: each lease records when and where it was taken
 	// (TrackLeaseSites).
 	sited bool
-	// marksOwnWork: the pool marks its own work on an item between two
-	// leases (judging it for a lease, Reset, a sweep it waits out), so that
-	// the watcher does not take that work for a lease (holders.go). With
-	// TrackLeaseSites the watcher needs no marks: the sites say.
-	marksOwnWork bool
+	// recorded: each lease records when it began (LeakThreshold, or
+	// TrackLeaseSites), for the watcher and Outstanding (holders.go).
+	recorded bool
 	// traced: every lease goes through leaseTraced, and every release
 	// through releaseTraced, for Options.Tracer (trace.go).
 	traced bool
-	// edge: traced or sited; a lease goes through leaseAtEdge.
+	// edge: traced or recorded; a lease goes through leaseAtEdge.
 	edge bool
 }
 
@@ -128,8 +126,7 @@ const (
 	// leaseSampled: as leaseAsIs, and one lease in useSampleEvery is
 	// sampled for pool.lease.use_time (a MeterProvider).
 	leaseSampled
-	// leaseJudged: every lease takes the slow path: its item is judged, or
-	// its site recorded.
+	// leaseJudged: every lease takes the slow path: its item is judged.
 	leaseJudged
 )
 
@@ -157,11 +154,11 @@ func routeFor[T any](o Options[T], withMetrics bool) route {
 		sited:   o.TrackLeaseSites,
 		traced:  o.Tracer != nil,
 	}
-	r.edge = r.traced || r.sited
 	watched := o.LeakThreshold > 0
-	r.marksOwnWork = watched && !r.sited
+	r.recorded = watched || r.sited
+	r.edge = r.traced || r.recorded
 	switch {
-	case r.judged || r.sited:
+	case r.judged:
 		r.lease = leaseJudged
 	case withMetrics:
 		r.lease = leaseSampled

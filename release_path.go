@@ -77,15 +77,18 @@ func (p *Pool[T]) releaseSlow(e *entry[T]) {
 
 // leaseEnded accounts for the end of a lease of e (Release, Discard or
 // Detach, gen having moved on): it records a sampled lease's use_time
-// (metrics.go) and unfollows a lease the watcher follows (watcher.go).
+// (metrics.go) and logs the end of a lease reported as held (watcher.go).
 // The holder calls it once per lease, before the item goes anywhere.
 func (p *Pool[T]) leaseEnded(e *entry[T]) {
 	w := e.atEnd.Load()
 	if w&atEndSampled != 0 {
 		p.recordUse(e)
 	}
-	if w&atEndFollowed != 0 {
-		p.unfollowEnded(e)
+	if w&atEndReported != 0 {
+		e.atEnd.And(^uint32(atEndReported))
+		gen := e.gen.Load() - 1
+		at, _ := e.rec.startOf(gen)
+		p.reportedEnded(e, gen, at)
 	}
 }
 
@@ -142,9 +145,6 @@ func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
 // is destroyed and its permit freed, and reset reports false (or the panic
 // goes on).
 func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
-	if p.route.marksOwnWork {
-		e.flipBusy() // between two leases, for as long as Reset takes
-	}
 	defer func() {
 		if !ok {
 			p.destroyLater(e, reasonReset, nil)
@@ -153,9 +153,6 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	if err := p.opts.Reset(e.value); err != nil {
 		p.warn("reset item; destroying it", fmt.Errorf("pool %q: reset item: %w", p.opts.Name, err))
 		return false
-	}
-	if p.route.marksOwnWork {
-		e.flipBusy()
 	}
 	return true
 }

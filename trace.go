@@ -125,17 +125,17 @@ const (
 	stepDone                       // LeaseEnd has been called (and, for a granted lease, returned)
 )
 
-// leaseAtEdge is a lease in a pool with a Tracer (leaseTraced) or
-// TrackLeaseSites, whose site it records here, leakSiteSkip frames below
-// the caller of Lease, TryLease or Do.
+// leaseAtEdge is a lease in a pool with a Tracer (leaseTraced), or whose
+// leases record themselves (LeakThreshold, TrackLeaseSites): here,
+// leakSiteSkip frames below the caller of Lease, TryLease or Do.
 func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
 	if p.route.traced {
 		l, err = p.leaseTraced(ctx, wait)
 	} else {
 		l, err = p.lease(ctx, wait, &leaseTimes{})
 	}
-	if p.route.sited && err == nil {
-		recordSite(l.e)
+	if p.route.recorded && err == nil {
+		p.record(l)
 	}
 	return l, err
 }
