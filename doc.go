@@ -198,9 +198,10 @@
 // [LeakReport]; its item is neither destroyed nor reused. This is always on
 // and costs a lease nothing.
 //
-// With Options.LeakThreshold, a lease still held that long is reported once,
-// between LeakThreshold and 1.5 × LeakThreshold after it began (for 8 ms or
-// more), to OnLeak with Held true and to the Logger at Warn, and counted in
+// With Options.LeakThreshold, each lease notes when it began (a clock
+// read), and a lease still held that long is reported once, between
+// LeakThreshold and 1.5 × LeakThreshold after it began (for 8 ms or more),
+// to OnLeak with Held true and to the Logger at Warn, and counted in
 // Stats.LongLeases; when it ends the Logger says so at Info. With
 // Options.TrackLeaseSites each lease records where it was taken, for
 // LeakReport.Stack: this slows every lease, so turn it on while hunting a

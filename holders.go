@@ -175,20 +175,18 @@ type LeaseInfo struct {
 // and neither is an item between two leases: with LeakThreshold or
 // TrackLeaseSites, not even one that a Lease call is checking with the
 // Preparer, or a Release call resetting (without either, such an item is
-// listed, without an age). An item may be listed while the Lease call that
-// takes it, or the Release, Discard or Detach call that gives it back, is
-// under way. So its length never exceeds Stats.ActiveLeases taken when
-// nothing moves, nor the number of leases out at some instant of the call,
-// counting each from the start of its Lease call to the end of the call
-// that ends it, and stays within MaxSize, but for a while after SetMaxSize
-// shrank it: until the leases beyond the new MaxSize have ended. It is the
-// tool behind "look for slow or leaked leases" when ErrLeaseTimeout
-// appears: safe to call from a debug handler under load, it takes no lock
-// that a lease takes for longer than a copy of the idle items (during
-// which leases and releases go through that lock rather than their
-// processors' slots), and costs the leases nothing else. A lease leaked
-// and found by the garbage collector is listed until then, and no longer
-// after. See "When leases time out" in the package documentation.
+// listed, without an age). Its length never exceeds the number of leases
+// out at one instant of the call, counting each from the start of its
+// Lease call to the end of the call that ends it, so it stays within
+// MaxSize, but for a while after SetMaxSize shrank it: until the leases
+// beyond the new MaxSize have ended. It is the tool behind "look for slow or
+// leaked leases" when ErrLeaseTimeout appears, safe to call from a debug
+// handler under load: it costs the leases nothing, and without LeakThreshold
+// or TrackLeaseSites it holds the lock that leases and releases take when
+// their processor's slot cannot serve them for a copy of the idle items,
+// during which they all take it. A lease leaked and found by the garbage
+// collector is listed until then, and no longer after. See "When leases
+// time out" in the package documentation.
 func (p *Pool[T]) Outstanding() []LeaseInfo {
 	var b scanBufs[T]
 	defer b.drop()
