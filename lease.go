@@ -16,11 +16,9 @@ import (
 // entry, so a lease dropped without ending is found by the garbage
 // collector (leaks.go), at no cost per lease.
 
-// entry is one item and the pool's bookkeeping for it. While the item is
-// idle the idle ring (a slot or the queue) references its entry; while it
-// is leased only the Lease handles do (and, briefly, the goroutine creating
-// or handing it over). The pool's registry of all entries (holders.go)
-// holds them weakly.
+// entry is one item and the pool's bookkeeping for it, referenced by the
+// idle ring while idle and only by its Lease handles while leased; the
+// registry (holders.go) holds it weakly.
 type entry[T any] struct {
 	// gen is the lease generation: a Lease is valid while gen equals the
 	// value it was handed out with. Ending a lease bumps it with a
@@ -57,16 +55,14 @@ type entry[T any] struct {
 	// trace.go. Made at creation.
 	trace *traceState
 
-	// self is the registry's weak pointer to the entry, and busy counts
-	// the pool's own work on it between leases (odd meanwhile): see
-	// holders.go.
+	// self is the registry's weak pointer to the entry; busy is odd while
+	// the pool works on it between leases (holders.go).
 	self weak.Pointer[entry[T]]
 	busy atomic.Uint32
 
 	// atEnd says what the end of the current lease must account for
-	// (Pool.leaseEnded), so that a release tests one word for it. Its bits
-	// are set and cleared with atomic or and and: the holder and the
-	// watcher write them at once.
+	// (Pool.leaseEnded), in one word a release tests; the holder and the
+	// watcher set and clear its bits atomically.
 	atEnd atomic.Uint32
 }
 

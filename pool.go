@@ -103,12 +103,9 @@ type route struct {
 	// stamp when it went idle (IdleTimeout, MaxLifetime, or a Preparer with
 	// CheckAfterIdle).
 	stamped bool
-	// sited: each lease records when and where it was taken
-	// (TrackLeaseSites).
-	sited bool
-	// recorded: each lease records when it began (LeakThreshold, or
-	// TrackLeaseSites), for the watcher and Outstanding (holders.go).
-	recorded bool
+	// recorded: each lease records when it began (LeakThreshold or
+	// TrackLeaseSites) and sited, where (TrackLeaseSites): leaks.go.
+	recorded, sited bool
 	// traced: every lease goes through leaseTraced, and every release
 	// through releaseTraced, for Options.Tracer (trace.go).
 	traced bool
@@ -137,7 +134,7 @@ const (
 	// releaseParks: nothing; the item is parked as it is (the fast path).
 	releaseParks releaseWay = iota
 	// releaseAccounts: the lease's end may have something to account for
-	// (a use_time sample, a lease the watcher follows): one load of
+	// (a use_time sample, a lease reported as held): one load of
 	// entry.atEnd says.
 	releaseAccounts
 	// releaseSlowly: Reset runs, or the clock is read: releaseSlow.
