@@ -10,31 +10,23 @@ import (
 	"strings"
 )
 
-// Errors: the sentinels, panics raised again away from where they
-// happened, and the errors that have no caller.
-//
-// The invariant: every failure reaches somebody. An error with a caller is
-// returned to it, wrapped with the pool's name; a panic of user code
-// reaches the caller whose call ran it, with the stack where it happened;
-// what has no caller (a failed Destroy on Release, the upkeep, an
-// abandoned creation) is counted in Stats and logged through
-// Options.Logger, by warn.
+// Every failure reaches somebody: an error its caller, wrapped with the
+// pool's name; a panic of user code the caller whose call ran it, with its
+// stack; the rest is counted in Stats and logged by warn.
 
-// The sentinel errors. Every error the pool returns either is one of these,
-// wraps one of them, is the caller's ctx.Err(), or wraps an error returned by
-// user code (the Factory or the Preparer). Test with errors.Is.
+// The sentinel errors. Every error the pool returns is or wraps one of them,
+// is the caller's ctx.Err(), or wraps an error of user code (the Factory or
+// the Preparer). Test with errors.Is.
 var (
 	// ErrClosed is returned, wrapped with the pool's name, by Lease and
-	// TryLease on a closed pool, and to every lease that was waiting when
-	// the pool closed.
+	// TryLease on a closed pool and to every lease waiting when it closed.
 	ErrClosed = errors.New("pool: closed")
 
-	// ErrLeaseTimeout is returned when Options.LeaseTimeout, counted from
-	// the Lease call, elapses while a lease waits for an item, all MaxSize
-	// being in use. The returned error wraps it with what the pool was
-	// doing: its name, MaxSize, the time since the call, and how many leases were waiting and items being created and
-	// destroyed. It is not context.DeadlineExceeded: a wait ended by the
-	// caller's own deadline returns ctx.Err() instead.
+	// ErrLeaseTimeout is returned when Options.LeaseTimeout elapses while a
+	// lease waits for an item, wrapped with the pool's name, MaxSize, the time
+	// since the call, and how many leases were waiting and items being created
+	// and destroyed. It is not context.DeadlineExceeded: a wait ended by the
+	// caller's own deadline returns ctx.Err().
 	ErrLeaseTimeout = errors.New("pool: lease timeout")
 
 	// ErrExhausted is returned by TryLease when MaxSize items are in use (or
@@ -46,10 +38,9 @@ var (
 	// together take longer than Options.PreparationTimeout on a fresh item.
 	ErrPreparationTimeout = errors.New("pool: preparation timeout")
 
-	// ErrBroken marks an item broken: a function given to Pool.Do returns
-	// an error that wraps it (fmt.Errorf("send: %w: %w", pool.ErrBroken,
-	// err)) to have the item destroyed rather than reused. The pool never
-	// returns it on its own.
+	// ErrBroken marks an item broken: a function given to Pool.Do returns an
+	// error wrapping it (fmt.Errorf("send: %w: %w", pool.ErrBroken, err)) to
+	// have the item destroyed, not reused. The pool never returns it itself.
 	ErrBroken = errors.New("pool: item broken")
 
 	// ErrInvalidOptions is returned, wrapped with the name of the offending
@@ -61,23 +52,18 @@ var (
 // errNilContext is what an entry point given a nil ctx panics with.
 const errNilContext = "pool: nil Context"
 
-// panicError is a panic of user code raised again away from where it
-// happened (a factory's, on the goroutine of the Lease that waited for it),
-// or reported there as an error (a Destroy's, which Close returns). The
-// stack of the panic would be lost there, so it travels in the message;
-// Unwrap gives the original value when it was an error.
+// panicError is a panic of user code raised again, or reported as an error,
+// away from where it happened, with its stack; Unwrap gives an error value.
 type panicError struct {
 	value any
 	stack []byte
 }
 
-// newPanicError captures v with the current stack. Call it from the
-// deferred function that recovered v: the stack then still holds the
-// frames of the code that panicked.
+// newPanicError captures v with the stack. Call it from the deferred function
+// that recovered v, while the stack still holds the frames that panicked.
 func newPanicError(v any) *panicError {
 	stack := debug.Stack()
-	// The first line, "goroutine N [running]:", names a goroutine that may
-	// be gone by the time anyone reads this.
+	// Drop "goroutine N [running]:": that goroutine may be gone when read.
 	if i := bytes.IndexByte(stack, '\n'); i >= 0 {
 		stack = stack[i+1:]
 	}
@@ -93,7 +79,6 @@ func (p *panicError) Unwrap() error {
 	return err
 }
 
-// asError returns v as an error: itself, or an error that prints it.
 func asError(v any) error {
 	if err, ok := v.(error); ok {
 		return err
@@ -101,10 +86,9 @@ func asError(v any) error {
 	return fmt.Errorf("%v", v)
 }
 
-// warn logs, through Options.Logger, an error that has no caller to go to.
-// A Logger whose handler panics is not the pool's caller's problem either:
-// the panic is dropped, so that it neither crashes the program from the
-// pool's own goroutines nor stops a release or the upkeep half-way.
+// warn logs an error that has no caller through Options.Logger. A panic of
+// the handler is dropped: it must not crash the pool's own goroutines or stop
+// a release or the upkeep half-way.
 func (p *Pool[T]) warn(msg string, err error) {
 	if l := p.opts.Logger; l != nil {
 		defer func() { _ = recover() }()
@@ -113,10 +97,8 @@ func (p *Pool[T]) warn(msg string, err error) {
 	}
 }
 
-// unprefixed is an error as warn logs it: without the `pool "name": ` its
-// message starts with, which the record's pool.name attribute says already.
-// It unwraps to the error itself, so a handler that looks into it finds
-// everything.
+// unprefixed is err without its `pool "name": ` prefix, which the record's
+// pool.name says already; it unwraps to err.
 type unprefixed struct {
 	err    error
 	prefix string

@@ -11,28 +11,18 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// The OpenTelemetry instruments of a pool, on Options.MeterProvider. Every
-// measurement carries the attribute pool.name; durations are in seconds.
-//
-// The invariant: a lease and release of an idle item record nothing but
-// the one lease in useSampleEvery that pool.lease.use_time samples. The
-// gauges are observed in a callback that reads Stats, from counts the pool
-// keeps anyway; the other instruments record where the pool is slow
-// already (a wait, a creation, a check, a destruction, an error). So
-// pool.lease.wait_time holds only the leases that queued, and
-// pool.lease.use_time a sample: docs/DESIGN.md, "Metrics", has what a
-// record costs. Everything hangs off Pool.m, nil without a MeterProvider.
-//
-// The attribute sets and option slices are made once, in New: a variadic
-// option passed to an interface method escapes, so a slice built at the
-// call would allocate on every measurement.
+// A pool's OpenTelemetry instruments, each measurement with pool.name,
+// durations in seconds. A lease and release of an idle item record nothing
+// but the pool.lease.use_time sample: gauges are observed from Stats, the
+// rest recorded where the pool is slow already. Attribute sets and option
+// slices are made once in New: a variadic option passed to an interface
+// method escapes, and would allocate on every measurement.
 
 // scopeName is the instrumentation scope: the module path.
 const scopeName = "github.com/msl-armory/pool"
 
-// durationBuckets are the advisory bucket boundaries, in seconds, of the
-// duration histograms: from 100 µs (a lease that queued behind a quick
-// release) to 30 s (a dial that hit its timeout). A View can override them.
+// durationBuckets are the advisory histogram bounds in seconds, from 100 µs
+// (a quick handoff) to 30 s (a dial's timeout); a View can override them.
 var durationBuckets = []float64{0, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // metrics holds a pool's instruments and their precomputed options.
@@ -130,9 +120,8 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	return m, nil
 }
 
-// registerGauges registers the callback that observes the gauges. It holds
-// the pool only weakly, so that the meter provider does not keep a pool
-// dropped without Close alive; such a pool reports nothing more.
+// registerGauges registers the gauges' callback. It holds the pool weakly,
+// so the provider does not keep a pool dropped without Close alive.
 func registerGauges[T any](m *metrics, wp weak.Pointer[Pool[T]]) error {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		p := wp.Value()
@@ -161,8 +150,8 @@ func registerGauges[T any](m *metrics, wp weak.Pointer[Pool[T]]) error {
 	return nil
 }
 
-// unregister stops the gauges' callback: a closed pool reports no gauges,
-// and the provider no longer refers to it.
+// unregister stops the gauges: a closed pool reports none, and the provider
+// lets go of it.
 func (m *metrics) unregister() error {
 	if m.reg == nil {
 		return nil
@@ -173,42 +162,32 @@ func (m *metrics) unregister() error {
 	return nil
 }
 
-// useSampleBits sets the share of the leases pool.lease.use_time records:
-// one in useSampleEvery.
+// One lease in useSampleEvery is recorded in pool.lease.use_time.
 const (
 	useSampleBits  = 9
 	useSampleEvery = 1 << useSampleBits
 )
 
-// fibonacci is 2⁶⁴/φ, rounded to odd; useSampleBelow, the scrambled count
-// below which a lease is sampled: the share 1/useSampleEvery of 2⁶⁴.
+// fibonacci is 2⁶⁴/φ rounded to odd; useSampleBelow is 2⁶⁴/useSampleEvery.
 const (
 	fibonacci      = 0x9e3779b97f4a7c15
 	useSampleBelow = 1 << (64 - useSampleBits)
 )
 
-// sampledForUse says whether the lease with k leases before it on its
-// processor (slots.countLease) is one that pool.lease.use_time records:
-// the rule, the one place it is written. It scrambles k by Fibonacci
-// hashing and keeps the leases whose product falls below p.useSampleBelow
-// (useSampleBelow; a test may set another share): one in useSampleEvery
-// of any run of leases, as evenly spread as k·φ mod 1 is, and never in
-// step with a pattern of hold times that repeats (every useSampleEvery-th
-// lease would see one phase of a pattern whose period divides it). The
-// first lease on each processor (k = 0) is one, so that a pool's first
-// leases show in the histogram at once. It costs a multiplication and a
-// compare: no state of its own, no write.
+// sampledForUse is the sampling rule: the lease with k leases before it on
+// its processor is sampled when Fibonacci hashing puts k below
+// p.useSampleBelow (a test may change it). That keeps one in useSampleEvery,
+// evenly spread and never in step with a periodic pattern of hold times, and
+// the first lease on each processor (k = 0), so a pool's first leases show.
 func (p *Pool[T]) sampledForUse(k uint64) bool { return k*fibonacci < p.useSampleBelow }
 
-// sampleUse stamps the start of a lease of e that pool.lease.use_time
-// samples, and notes on e that the lease's end must record it.
+// sampleUse stamps the start of a sampled lease of e; its end records it.
 func (p *Pool[T]) sampleUse(e *entry[T]) {
 	e.useFrom = p.now()
 	e.atEnd.Or(atEndSampled)
 }
 
-// recordUse records the hold time of a sampled lease of e that has just
-// ended: the end of a lease calls it when atEnd has atEndSampled.
+// recordUse records the hold time of e's sampled lease, just ended.
 func (p *Pool[T]) recordUse(e *entry[T]) {
 	p.m.useTime.Record(context.Background(), seconds(p.now()-e.useFrom), p.m.rec...)
 	e.atEnd.And(^uint32(atEndSampled))

@@ -16,79 +16,60 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Options: defaults, validation, and decoding from configuration.
-//
-// The invariant: the Options struct is the one list of the configurable
-// fields, those not tagged json:"-"; the JSON keys, the encoder and the
-// duration checks read it by reflection, and a key that names no field, or a
-// value of the wrong form, is an error that names the key, never a silent
-// zero.
+// Options' configurable fields (not tagged json:"-") are read by reflection;
+// a bad key or value is an error that names the key, never a silent zero.
 
 // DefaultMaxSize is the MaxSize a pool gets when Options.MaxSize is 0.
 const DefaultMaxSize = 100
 
-// Options configures a Pool. The zero value is valid: a pool of at most
-// DefaultMaxSize items, created on demand, that waits for an item until the
-// caller's ctx ends and never expires an item.
-//
-// Options decodes from JSON (see UnmarshalJSON), so a pool can be configured
-// from a file; the function- and interface-valued fields are set in code.
+// Options configures a Pool. The zero value is valid: at most DefaultMaxSize
+// items, created on demand; a lease waits until the caller's ctx ends; no
+// item expires. The function- and interface-valued fields are set in code,
+// the others also from JSON (see UnmarshalJSON).
 type Options[T any] struct {
 	// Name identifies the pool in Stats and errors. Default: T's type name
-	// without package path or pointer stars, plus ".Pool" ("*sql.Conn" gives
-	// "Conn.Pool").
+	// without package path or pointer stars, plus ".Pool" (*sql.Conn: "Conn.Pool").
 	Name string
 
-	// MinSize items are created by New, concurrently (or in the background,
-	// with SeedInBackground), and Clear refills the idle items to it, in the
-	// background. With UpkeepInterval set it is also a floor kept over time:
-	// the upkeep creates items until MinSize exist, and idle expiry never
-	// takes the pool below it. Default 0: every item is created on demand.
+	// MinSize items are created by New, concurrently (in the background with
+	// SeedInBackground); Clear refills the idle items to it in the
+	// background. With UpkeepInterval it is a lasting floor: the upkeep
+	// creates items until MinSize exist, and idle expiry never goes below it.
+	// Default 0: every item is created on demand.
 	MinSize int
 
 	// SeedInBackground makes New return without waiting for the MinSize
-	// items: they are created in the background, several at once, and a
-	// failed creation is logged and retried, backing off up to
-	// UpkeepInterval (30 s without the upkeep), until MinSize items exist or
-	// the pool closes. Leases meanwhile work as usual. A service so starts
-	// while its backend is down and keeps a warm floor once it is up. Off,
-	// New creates the MinSize items itself and fails with the first failed
-	// creation.
+	// items, while leases work as usual: they are created in the background,
+	// several at once, failures logged and retried with backoff up to
+	// UpkeepInterval (30 s without the upkeep), until they exist or the pool
+	// closes. Off, New creates them and fails with the first failed creation.
 	SeedInBackground bool
 
 	// MaxSize is the hard cap on items in existence: leased, idle, being
 	// created or being destroyed. Default DefaultMaxSize.
 	MaxSize int
 
-	// MinIdle items are kept idle, spare, for the leases to come: when a lease
-	// may have left fewer idle (one that did not reuse the item its own
-	// goroutine's processor released last), at New, and with UpkeepInterval in
-	// every round, the pool creates items in the background until MinIdle are idle
-	// or MaxSize exist, never while leases wait (they create their own). A failed
-	// creation is logged, counted in Stats.CreateErrors and retried with
-	// SeedInBackground's backoff, until Close. So a busy pool has a spare ready
-	// where MinSize, a floor on all the items, would leave the next lease to
-	// create one in the caller. A pool dropped without Close stops making
-	// spares once it is collected. Between 0 and MaxSize. Default 0: none.
+	// MinIdle items are kept idle as spares: at New, in every upkeep round and
+	// after a lease that may have left fewer (one that did not reuse the item
+	// its goroutine's processor released last), the pool creates items in the
+	// background until MinIdle are idle or MaxSize exist, never while leases
+	// wait. Failures are logged, counted in Stats.CreateErrors and retried as
+	// for SeedInBackground until Close (or until a pool dropped without Close
+	// is collected). Between 0 and MaxSize. Default 0: none.
 	MinIdle int
 
-	// MaxQueuedLeases caps the leases that wait for an item: a Lease that
-	// would wait behind MaxQueuedLeases others fails at once with
-	// ErrExhausted, whose message names the cap, and is counted in
-	// Stats.Refused; a service under overload so fails fast rather than
-	// piling up goroutines. A lease whose item failed its check waits
-	// again ahead of the others, past the cap, so up to one such lease for
-	// each item may wait beyond it.
-	// SetMaxSize leaves it as it is. At least 0.
-	// Default 0: no cap.
+	// MaxQueuedLeases caps the waiting leases: a Lease that would wait behind
+	// that many fails at once with ErrExhausted (naming the cap), counted in
+	// Stats.Refused. A lease whose item failed its check waits again ahead,
+	// past the cap, so up to one such lease per item may exceed it. SetMaxSize
+	// leaves it as it is. At least 0. Default 0: no cap.
 	MaxQueuedLeases int
 
-	// LeaseTimeout bounds the wait for an item when all MaxSize are in use;
-	// it elapses as ErrLeaseTimeout. It counts from the Lease call and
-	// bounds all the lease's waits together, with its checks of items that
-	// failed: a lease that waits again gets only what is left. A check or
-	// creation under way when it elapses is bounded by PreparationTimeout
-	// and CreateTimeout instead. 0: wait until the caller's ctx ends.
+	// LeaseTimeout bounds, from the Lease call, all of a lease's waits for an
+	// item (all MaxSize being in use) together with its checks of items that
+	// failed; it elapses as ErrLeaseTimeout. A check or creation under way
+	// then is bounded by PreparationTimeout or CreateTimeout instead. 0: wait
+	// until the caller's ctx ends.
 	LeaseTimeout time.Duration
 
 	// PreparationTimeout bounds IsReady plus Prepare on one item; it elapses
@@ -99,22 +80,20 @@ type Options[T any] struct {
 	// in the background after its caller gave up. 0: until Close.
 	CreateTimeout time.Duration
 
-	// IdleTimeout: an item idle longer than this is destroyed. Without
-	// UpkeepInterval, eviction is lazy but reaches every idle item: a lease
-	// or release that comes at least half an IdleTimeout after the last
-	// such sweep destroys every idle item past its time. 0: never.
+	// IdleTimeout: an item idle longer than this is destroyed; without
+	// UpkeepInterval, by the first lease or release at least half an
+	// IdleTimeout after the last sweep, which takes every idle item past its
+	// time. 0: never.
 	IdleTimeout time.Duration
 
 	// MaxLifetime: an item older than this (counted from the end of its
-	// creation) is destroyed on release, or while idle as IdleTimeout
-	// describes. 0, or a lifetime too long for the clock to reach
-	// (math.MaxInt64): never.
+	// creation) is destroyed on release, or while idle as for IdleTimeout.
+	// 0, or a lifetime the clock cannot reach (math.MaxInt64): never.
 	MaxLifetime time.Duration
 
-	// MaxLifetimeJitter spreads lifetimes: each item lives MaxLifetime plus
-	// a random duration in [0, MaxLifetimeJitter), drawn at its creation, so
-	// that items created together are not all destroyed, and recreated, in
-	// the same instant. 0: none. Requires MaxLifetime.
+	// MaxLifetimeJitter adds to each item's lifetime a random duration in
+	// [0, MaxLifetimeJitter), drawn at its creation, so that items created
+	// together do not all expire at once. Requires MaxLifetime. 0: none.
 	MaxLifetimeJitter time.Duration
 
 	// Preparer checks and restores items on lease. nil: every item is ready.
@@ -129,117 +108,98 @@ type Options[T any] struct {
 	// panic) destroys the item instead. nil: items are reused as they are.
 	Reset func(item T) error `json:"-"`
 
-	// Destroy disposes of an item the pool lets go of, on a goroutine of
-	// the pool's own: Release, Discard, Lease, Clear and SetMaxSize never
-	// wait for it, and the item counts against MaxSize until it returns
-	// (or DestroyTimeout passes). The item counts as destroyed however
-	// Destroy ends; an error or panic is logged and counted in
-	// Stats.DestroyErrors (Close returns those of the idle items it
-	// destroys). nil: Close() when the item is an io.Closer, nothing
-	// otherwise.
+	// Destroy disposes of an item on a goroutine of the pool's own (Release,
+	// Discard, Lease, Clear and SetMaxSize never wait for it). The item
+	// counts against MaxSize until Destroy returns or DestroyTimeout passes,
+	// and as destroyed however Destroy ends; an error or panic is logged and
+	// counted in Stats.DestroyErrors (Close returns those of the idle items
+	// it destroys). nil: Close() for an io.Closer, nothing otherwise.
 	Destroy func(item T) error `json:"-"`
 
-	// DestroyTimeout bounds how long the pool waits for one Destroy: past
-	// it, the item counts as destroyed (in Stats.Destroyed and
-	// DestroyErrors, with a Warn through Logger), its place under MaxSize
-	// is free again, and the call is left to finish on its own. A peer
-	// that has gone silent, and makes a close block, so takes one place
-	// under MaxSize for at most DestroyTimeout. 0: the pool waits as long as Destroy takes, and
-	// a Destroy that never returns holds its place for good.
+	// DestroyTimeout bounds the wait for one Destroy: past it the item counts
+	// as destroyed (in Stats.Destroyed and DestroyErrors, with a Warn through
+	// Logger), its place under MaxSize is free again, and the call finishes
+	// on its own. 0: no bound; a Destroy that never returns holds its place
+	// for good.
 	DestroyTimeout time.Duration
 
 	// MeterProvider receives the pool's OpenTelemetry instruments (see
 	// Metrics in the package documentation), under the instrumentation scope
-	// "github.com/msl-armory/pool" and the attribute pool.name. nil (or a
-	// no-op provider): nothing is registered and nothing recorded. A lease
-	// and release of an idle item records nothing either way: the gauges
-	// are observed when the provider collects.
+	// "github.com/msl-armory/pool" and the attribute pool.name. nil, or a
+	// no-op provider: nothing is registered or recorded. Either way a lease
+	// and release of an idle item records nothing; the gauges are observed
+	// when the provider collects.
 	MeterProvider metric.MeterProvider `json:"-"`
 
-	// OnLeak is called, on a goroutine of its own, for every leaked lease
-	// the garbage collector finds: one that became unreachable without
-	// Release, Discard or Detach (LeakReport.Held false); and, with
-	// LeakThreshold, once for every lease still held that long after it
-	// began (Held true). It must not refer to the pool, or a pool dropped
-	// without Close could never be collected. Leaks are counted in
-	// Stats.Leaked (and pool.leases.leaked), long leases in
-	// Stats.LongLeases (and pool.leases.long), whether OnLeak is set or
-	// not. A report of a long lease is part of the pool's background work:
-	// none starts once Close has begun, and Close waits for those under
-	// way; a panic in it is logged and dropped. nil: count only.
+	// OnLeak is called, on a goroutine of its own, for every lease the garbage
+	// collector finds dropped without Release, Discard or Detach
+	// (LeakReport.Held false) and, with LeakThreshold, for each lease held
+	// that long (Held true). It must not refer to the pool, or a pool dropped
+	// without Close could never be collected. Stats.Leaked and LongLeases
+	// (and pool.leases.leaked and .long) count both kinds, OnLeak or not. No
+	// report of a long lease starts once Close has begun, Close waits for
+	// those under way, and a panic in one is logged and dropped. nil: count
+	// only.
 	OnLeak func(LeakReport) `json:"-"`
 
-	// LeakThreshold: a lease still held this long after it began is
-	// reported once as a possible leak, between LeakThreshold and 1.5 ×
-	// LeakThreshold after it began (plus scheduling delay; below 8 ms,
-	// within LeakThreshold + 3 ms): OnLeak with LeakReport.Held, a Warn
-	// through Logger with its age (and, with TrackLeaseSites, the stack
-	// that took it), Stats.LongLeases and pool.leases.long. When such a
-	// lease ends, Logger says so at Info, with its final age. It also gives
-	// Outstanding its ages; without TrackLeaseSites an age counts from the
-	// first scan that saw the lease out, up to LeakThreshold/8 short. The
-	// pool watches on a goroutine of its own, from New to Close, that scans
-	// the items every LeakThreshold/8 (at most once a millisecond); a lease
-	// pays nothing for it, a release a load and a compare. 0: never.
+	// LeakThreshold: a lease held this long is reported once, between
+	// LeakThreshold and 1.5 × LeakThreshold after it began (plus scheduling
+	// delay; below 8 ms, within LeakThreshold + 3 ms): to OnLeak, and to
+	// Logger at Warn with its age (and, with TrackLeaseSites, the stack that
+	// took it) instead of err; its end is logged at Info with its final age as
+	// age. It also gives Outstanding its ages, which without TrackLeaseSites
+	// count from the first scan that saw the lease out, up to LeakThreshold/8
+	// short. It costs a goroutine, from New to Close, scanning every
+	// LeakThreshold/8 (at most once a millisecond), and a release a load and
+	// a compare. 0: never.
 	LeakThreshold time.Duration
 
-	// TrackLeaseSites records, on every lease, when and where (the stack of
-	// the Lease call, up to 32 frames) it was taken, so that a LeakReport
-	// and Outstanding can say. Off, leak detection costs nothing per lease.
-	// On, every lease takes the slow path and walks its caller's stack,
-	// which costs a lease and release many times as much, and each item
-	// about 300 bytes; still no allocation per lease (docs/DESIGN.md, "What
-	// TrackLeaseSites costs", has the figures). For tests, debugging, or a
-	// service hunting a leak.
+	// TrackLeaseSites records on every lease when and where (the stack of
+	// the Lease call, up to 32 frames) it was taken, for LeakReport and
+	// Outstanding. Off, leak detection costs nothing per lease. On, every
+	// lease walks its caller's stack, making a lease and release many times
+	// as costly, and each item takes about 300 bytes more; still no
+	// allocation per lease. For tests, debugging, or hunting a leak.
 	TrackLeaseSites bool
 
 	// UpkeepInterval runs the pool's upkeep this often (spread by up to
-	// ±10 %, so that many pools do not tick in step; measured from the start
-	// of the previous round), on one goroutine that Close stops, canceling
-	// the upkeep's checks and creations. A round destroys the idle items
-	// past IdleTimeout or their lifetime; with a Preparer and
-	// CheckAfterIdle, checks the idle items
-	// that sat idle that long, so a dead connection is found before a lease
-	// meets it; and creates items until MinSize exist, never past MaxSize
-	// and never while leases wait (failures are logged and retried sooner,
-	// backing off up to UpkeepInterval). An item being checked or created
-	// counts against MaxSize and is never lent meanwhile. Close, Clear or
-	// SetMaxSize called from a callback the upkeep runs returns at once (a
-	// Shutdown there ends only with its ctx), and a callback that panics or
-	// calls runtime.Goexit leaves the upkeep running. 0: no upkeep.
+	// ±10 %, measured from the start of the previous round) on one goroutine
+	// that Close stops, canceling its checks and creations. A round destroys
+	// the idle items past IdleTimeout or their lifetime; with a Preparer and
+	// CheckAfterIdle, checks the items idle that long; and creates items
+	// until MinSize exist, never past MaxSize or while leases wait (failures
+	// are logged and retried with backoff up to UpkeepInterval). An item
+	// being checked or created counts against MaxSize and is not lent. Close,
+	// Clear or SetMaxSize called from a callback the upkeep runs returns at
+	// once (a Shutdown there ends only with its ctx); a callback that panics
+	// or calls runtime.Goexit leaves the upkeep running. 0: no upkeep.
 	UpkeepInterval time.Duration
 
-	// Tracer sees each lease in the caller's goroutine: its start, its
-	// outcome with how long it waited, created and checked, and its end
-	// with how long it was held (see Tracing in the package
-	// documentation). nil: no tracing, and nothing on the lease and release
-	// fast path.
+	// Tracer sees each lease in the caller's goroutine: its start; its
+	// outcome, with how long it waited, created and checked; and its end,
+	// with how long it was held (see Tracing in the package documentation).
+	// nil: no tracing, and nothing on the lease and release fast path.
 	Tracer Tracer `json:"-"`
 
-	// Logger receives, at Warn, the errors that have no caller to return
-	// to: a Destroy or Reset that fails on Release or Discard, on expiry or
-	// in the background; a creation whose lease gave up on it; the
-	// background's creations (the seeding, Clear's refill, MinIdle's
-	// spares, the upkeep's) and the upkeep's checks. Each record carries
-	// the pool's name as pool.name and the error as err. With LeakThreshold it also receives, at Warn, each
-	// lease held past it (with age and, with TrackLeaseSites, stack instead
-	// of err), and at Info the end of such a lease (with age, its final
-	// age). nil: not logged (they are still counted in Stats).
+	// Logger receives at Warn, with the pool's name as pool.name and the
+	// error as err, the errors no caller gets: a failed Destroy or Reset (on
+	// Release or Discard, on expiry or in the background), a creation whose
+	// lease gave up on it, and the background's creations (seeding, Clear's
+	// refill, MinIdle's spares, the upkeep's) and the upkeep's checks; and
+	// the long leases of LeakThreshold. nil: not logged (still counted in
+	// Stats).
 	Logger *slog.Logger `json:"-"`
 }
 
-// Validate reports whether New would accept o: it runs exactly the checks
-// New runs on its options, after filling in the defaults, and returns the
-// error New would, which wraps ErrInvalidOptions and names the field; nil
-// when o is valid. A configuration reload can so be checked before any of
-// it is applied (with SetMaxSize, say). Validate does not change o.
+// Validate returns the error New would return for o (which wraps
+// ErrInvalidOptions and names the field), or nil, without changing o: a
+// configuration reload can be checked before any of it is applied.
 func (o Options[T]) Validate() error {
 	_, err := o.withDefaults()
 	return err
 }
 
-// withDefaults returns o with the defaults filled in and checks the result:
-// Validate's checks, and the ones New applies.
+// withDefaults returns o with the defaults filled in, checked as New checks it.
 func (o Options[T]) withDefaults() (Options[T], error) {
 	if o.Name == "" {
 		o.Name = defaultName[T]()
@@ -247,8 +207,7 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	if o.MaxSize == 0 {
 		o.MaxSize = DefaultMaxSize
 	}
-	// A typed nil in an interface is no value: a nil *sdkmetric.MeterProvider
-	// would panic inside the SDK, a nil Preparer on every lease.
+	// A typed nil in an interface would panic on use.
 	if isNil(o.MeterProvider) {
 		o.MeterProvider = nil
 	}
@@ -313,7 +272,6 @@ func unqualify(name string) string {
 	return b.String()
 }
 
-// checkCounts checks the fields that count items and leases.
 func (o Options[T]) checkCounts() error {
 	if o.MaxSize < 1 {
 		return fmt.Errorf("%w: MaxSize is %d, must be at least 1 (0 means %d)", ErrInvalidOptions, o.MaxSize, DefaultMaxSize)
@@ -330,19 +288,17 @@ func (o Options[T]) checkCounts() error {
 	return nil
 }
 
-// configurable reports whether a configuration may set the Options field
-// f: every field but those tagged json:"-", which are set in code only.
+// configurable reports whether configuration may set the Options field f:
+// those tagged json:"-" are set in code only.
 func configurable(f reflect.StructField) bool {
 	return f.Tag.Get("json") != "-"
 }
 
-// wants says what a config file must hold for a field of each kind that
-// Options has (TestOptionsUnmarshalJSONSaysWhatEveryFieldWants fails for a
-// kind left out); durations are set by setDuration instead.
+// wants names the JSON form of each kind of Options field but durations;
+// TestOptionsUnmarshalJSONSaysWhatEveryFieldWants fails for a kind left out.
 var wants = map[reflect.Kind]string{reflect.String: "a string", reflect.Int: "a whole number", reflect.Bool: "true or false"}
 
-// setField decodes a JSON value other than null into the configurable
-// field f (of an Options that is thrown away should it fail).
+// setField decodes a JSON value other than null into the configurable field f.
 func setField(f reflect.Value, raw json.RawMessage) error {
 	if d, ok := f.Addr().Interface().(*time.Duration); ok {
 		return setDuration(d, raw)
@@ -353,11 +309,7 @@ func setField(f reflect.Value, raw json.RawMessage) error {
 	return nil
 }
 
-// setDuration decodes a duration: a Go duration string ("1m30s"), within
-// the range of time.Duration. A bare number is refused, 0 aside: read as
-// nanoseconds, {"LeaseTimeout": 30} would make every wait time out at once,
-// where its writer meant 30 seconds. So is a duration so small that it
-// rounds to 0 ("0.1ns"): 0 means no limit, which it did not say.
+// setDuration decodes a duration as UnmarshalJSON describes.
 func setDuration(dst *time.Duration, raw json.RawMessage) error {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -391,8 +343,7 @@ const wantDuration = `a duration such as "30s" or "1m30s"`
 // maxShown bounds how much of a bad value an error quotes.
 const maxShown = 40
 
-// wantGot is the error for a value of the wrong form: what was wanted, and
-// the value as it was written, cut short when long.
+// wantGot is the error for a value of the wrong form.
 func wantGot(want string, raw []byte) error {
 	return fmt.Errorf("want %s, got %s", want, shown(raw))
 }
@@ -406,32 +357,23 @@ func shown(raw []byte) string {
 	return s
 }
 
-// UnmarshalJSON decodes o from a JSON object keyed by the field names,
-// matched without regard to case as encoding/json matches them:
-// {"MaxSize": 20, "LeaseTimeout": "30s"}. A duration is a Go duration
-// string ("30s", "1m30s", "250ms"), within the range of time.Duration
-// ("2562047h47m16.854775807s" at most); a bare number is refused, but for
-// 0, since {"LeaseTimeout": 30} would mean 30 ns, not the 30 s its writer
-// meant, and so is a duration that rounds to 0 ("0.1ns"). A key that is
-// absent or null
-// leaves its field as it was, so decoding a shared section and then a
-// per-pool section into the same value overlays the second on the first.
-// When a key appears twice, the later one wins, as with encoding/json.
+// UnmarshalJSON decodes o from a JSON object keyed by field name, matched
+// without regard to case as encoding/json does: {"MaxSize": 20,
+// "LeaseTimeout": "30s"}. A duration is a Go duration string ("1m30s")
+// within the range of time.Duration; a bare number but 0 ({"LeaseTimeout":
+// 30} would be 30 ns) and a duration that rounds to 0 ("0.1ns") are refused.
+// A key absent or null leaves its field as it was, so decoding a shared
+// section and then a per-pool one overlays the second on the first; of a
+// repeated key, the later wins.
 //
-// Decoding is strict, so that a typo in a config file does not pass
-// silently: a key that names no field, a value of the wrong type, an
-// invalid duration, or a document that is neither an object nor null is an
-// error that wraps ErrInvalidOptions and names the key, such as
+// Decoding is strict: an unknown key, a value of the wrong type, an invalid
+// duration, a value other than null for a field tagged json:"-" (set in code
+// only, such as Preparer), or a document that is neither an object nor null
+// is an error that wraps ErrInvalidOptions and names the first offending key
+// in document order; o is then left unchanged. For example:
 //
 //	pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)
-//	pool: invalid options: MaxSize: want a whole number, got "20"
 //	pool: invalid options: LeaseTimeout: want a duration string such as "30s", got the bare number 30: durations need a unit ("30s" for 30 seconds, "30ms" for milliseconds)
-//
-// The fields tagged json:"-" (function- and interface-valued, such as
-// Preparer and Destroy) are set in code only: a key naming one is an error
-// that says so, unless its value is null, which leaves the field as it is,
-// as for any other field. On error o is left unchanged; the first offending
-// key, in document order, is reported.
 func (o *Options[T]) UnmarshalJSON(data []byte) error {
 	next := *o
 	fields := reflect.ValueOf(&next).Elem()
@@ -470,9 +412,8 @@ func (o *Options[T]) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// setKey decodes one key's value into the field of fields (an Options) it
-// names. No two fields of Options differ only in case, so matching without
-// regard to case finds at most one, the one encoding/json would.
+// setKey decodes raw into the field of fields (an Options) that key names.
+// No two Options fields differ only in case, so the match is encoding/json's.
 func setKey(fields reflect.Value, key string, raw json.RawMessage) error {
 	f, ok := fields.Type().FieldByNameFunc(func(name string) bool { return strings.EqualFold(name, key) })
 	switch {
@@ -492,9 +433,8 @@ func setKey(fields reflect.Value, key string, raw json.RawMessage) error {
 	return nil
 }
 
-// nearestKey returns the configurable field of the struct type t closest to
-// an unknown key, when it is a likely typo of it (at most two edits away),
-// or "".
+// nearestKey returns the configurable field of t nearest to key, if at most
+// two edits away, or "".
 func nearestKey(t reflect.Type, key string) string {
 	best, bestDist := "", 3
 	for i := range t.NumField() {
@@ -506,11 +446,8 @@ func nearestKey(t reflect.Type, key string) string {
 	return best
 }
 
-// editDistance is the optimal string alignment distance between a and b,
-// ignoring case: the fewest insertions, deletions, substitutions and swaps
-// of adjacent letters that turn one into the other, so that "MaxSzie" is
-// one edit from "MaxSize". Distances of limit or more are reported as
-// limit.
+// editDistance is the case-insensitive optimal string alignment distance
+// ("MaxSzie" is one edit from "MaxSize"), capped at limit.
 func editDistance(a, b string, limit int) int {
 	s, t := []rune(strings.ToLower(a)), []rune(strings.ToLower(b))
 	if n := len(s) - len(t); n >= limit || -n >= limit {
@@ -540,9 +477,8 @@ func editDistance(a, b string, limit int) int {
 	return min(d[len(s)][len(t)], limit)
 }
 
-// MarshalJSON encodes the configurable fields of o, in the order Options
-// declares them, durations as Go duration strings, in the form
-// UnmarshalJSON reads. An empty Name is left out.
+// MarshalJSON encodes the configurable fields of o in declaration order, in
+// the form UnmarshalJSON reads; an empty Name is left out.
 func (o Options[T]) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')

@@ -6,66 +6,51 @@ import (
 	"time"
 )
 
-// Stats and the counters behind them.
-//
-// The invariant: a figure that can be derived from the gate and the idle
-// ring is derived, never kept as a second count. ActiveLeases, QueuedLeases,
-// ItemsAvailable and ItemsAllocated come from the gate's permits, waiters
-// and idle items (gate.counts); Leases, Waits and WaitTime from the slots'
-// per-processor counters (ring.go). What is left is counted here: failures
-// by kind, and the item counts, which change together under one lock so
-// that every snapshot keeps the relations Stats promises between them.
+// A figure derivable from the gate (gate.counts) or the ring's per-processor
+// counters is derived, never kept twice; the rest is counted here, the item
+// counts under one lock so that every snapshot keeps Stats' relations.
 
 // Stats is a snapshot of a pool's state and of what it has done since New.
-// The figures about items in use are derived from the pool's own
-// bookkeeping, never kept as a second count.
 type Stats struct {
 	Name             string
 	MinSize, MaxSize int
 
 	// ItemsAllocated is ActiveLeases + ItemsAvailable: the items the pool
-	// accounts for (leased, idle, being created or being destroyed). It
-	// never exceeds MaxSize, but for a while after SetMaxSize shrank it:
-	// until the leases beyond the new MaxSize have ended.
+	// accounts for. It exceeds MaxSize only after SetMaxSize shrank it, until
+	// the leases beyond the new MaxSize have ended.
 	ItemsAllocated int
 	// ItemsAvailable is the number of idle items, ready to be leased.
 	ItemsAvailable int
-	// ActiveLeases is the number of items in use: leased, or being created,
-	// checked by the upkeep or destroyed; a leaked lease's item stays here. An item released at the instant of the snapshot may be
-	// counted here rather than in ItemsAvailable; their sum is exact.
+	// ActiveLeases is the items in use: leased (leaked too), being created,
+	// checked by the upkeep or destroyed. An item released at the snapshot
+	// may count here, not in ItemsAvailable; their sum is exact.
 	ActiveLeases int
-	// QueuedLeases is the number of leases waiting now, MaxSize items being
-	// in use: it is above 0 only when ItemsAllocated has reached MaxSize.
+	// QueuedLeases is the leases waiting now; it is above 0 only when
+	// ItemsAllocated has reached MaxSize.
 	QueuedLeases int
-	// Destroying is the number of items whose Destroy the pool is waiting
-	// for now (at most DestroyTimeout each): they count in ActiveLeases and
-	// ItemsAllocated, against MaxSize, until it returns.
+	// Destroying is the items whose Destroy the pool awaits now (at most
+	// DestroyTimeout each); they count in ActiveLeases and ItemsAllocated.
 	Destroying int
 
 	// Leases counts successful Lease and TryLease calls.
 	Leases uint64
-	// Waits counts the waits of leases that had to wait for an item,
-	// whatever the outcome (a lease that queued again, when its item failed
-	// its check, counts each); WaitTime is the total time they waited. A
-	// lease served at once adds to neither, and creation and preparation
-	// are not part of WaitTime.
+	// Waits counts the waits of leases that had to wait, whatever the outcome
+	// (a lease that queued again after a failed check counts each); WaitTime
+	// is their total, creation and preparation excluded.
 	Waits    uint64
 	WaitTime time.Duration
 	// Timeouts counts leases that failed with ErrLeaseTimeout.
 	Timeouts uint64
-	// Canceled counts leases ended by the caller's ctx (canceled or past its
-	// deadline): before they started, while waiting, creating or preparing.
+	// Canceled counts leases ended by the caller's ctx, at whatever stage.
 	Canceled uint64
-	// Refused counts leases refused with ErrExhausted: by TryLease, and by
-	// Lease when MaxQueuedLeases leases were waiting already.
+	// Refused counts ErrExhausted refusals: by TryLease, and by Lease past MaxQueuedLeases.
 	Refused uint64
 
 	// Created counts successful factory calls; Destroyed, items the pool
-	// destroyed (whatever Destroy did); Detached, items taken out with
-	// Lease.Detach. In every snapshot Destroyed + Detached <= Created, and
-	// Created - Destroyed - Detached (the items in existence) <= MaxSize
-	// (but for a while after SetMaxSize shrank it, as for ItemsAllocated);
-	// at rest, Created == Destroyed + Detached + ItemsAllocated.
+	// destroyed (whatever Destroy did); Detached, items taken out by
+	// Lease.Detach. Always Destroyed + Detached <= Created, and Created -
+	// Destroyed - Detached <= MaxSize but after SetMaxSize shrank it; at
+	// rest, Created == Destroyed + Detached + ItemsAllocated.
 	Created, Destroyed, Detached uint64
 	// IdleExpired and LifetimeExpired count items destroyed for exceeding
 	// IdleTimeout and MaxLifetime; PrepareFailed, items destroyed because
@@ -74,15 +59,13 @@ type Stats struct {
 	// DestroyErrors counts Destroy calls that returned an error, panicked
 	// or outlasted DestroyTimeout. Each such item still counts as destroyed.
 	DestroyErrors uint64
-	// CreateErrors counts factory calls that failed: returned an error (or
-	// a nil item), panicked or called runtime.Goexit, whoever made them (a
-	// lease, New, the upkeep, Clear's refill, the seeding in the
-	// background).
+	// CreateErrors counts failed factory calls (an error or nil item, a panic
+	// or runtime.Goexit), whoever made them: a lease, New, the upkeep, Clear's
+	// refill, the seeding.
 	CreateErrors uint64
 
-	// Leaked counts the leaked leases the garbage collector has found: ones
-	// that became unreachable without Release, Discard or Detach. A leaked
-	// lease's item stays in use for good, so it still counts in
+	// Leaked counts the leases the garbage collector found dropped without
+	// Release, Discard or Detach. Their items stay in use for good, in
 	// ActiveLeases and against MaxSize.
 	Leaked uint64
 	// LongLeases counts the leases reported for being held past
@@ -90,22 +73,16 @@ type Stats struct {
 	LongLeases uint64
 }
 
-// counters are the Stats figures that cannot be derived from the gate and
-// that no lease writes on its way: those (Leases, Waits, WaitTime) are kept
-// per processor in the idle ring's slots.
+// counters are the Stats figures neither derived from the gate nor written
+// by leases (Leases, Waits and WaitTime live in the ring's slots).
 type counters struct {
 	timeouts, canceled, refused, prepareFail, createFails atomic.Uint64
-	// creating counts the factory calls under way, for ErrLeaseTimeout's
-	// message.
+	// creating counts factory calls under way, for ErrLeaseTimeout's message.
 	creating   atomic.Int64
 	longLeases atomic.Uint64
 
-	// The item counts change only under mu, and Stats reads them under it,
-	// so that every snapshot keeps the relations Stats promises between
-	// them. Separate atomics, read one after the other, cannot: a Destroyed
-	// read after a Created can count an item created after that read. They
-	// change on creation and destruction only, never on a lease of an idle
-	// item, so the lock costs a fraction of what a factory call does.
+	// The item counts change (on creation and destruction only) and are read
+	// under mu, so that a snapshot keeps Stats' relations between them.
 	mu                                         sync.Mutex
 	created, destroyed, detached               uint64
 	idleExpired, lifetimeExpired, destroyFails uint64

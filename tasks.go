@@ -9,36 +9,30 @@ import (
 	"sync"
 )
 
-// The pool's own goroutines, besides the upkeep's: the filler's rounds
-// (create.go), the watcher of LeakThreshold and its OnLeak calls
-// (Pool.tasks); and the Destroy calls (Pool.destroys).
-//
-// The invariant: once stop has returned, no task starts; and wait returns
-// only when every task has returned (or its ctx has ended), so that Close
-// can promise that no callback of the pool's own work runs after it.
-
-// tasks is the runner of a pool's own goroutines.
+// tasks runs the pool's own goroutines but the upkeep: the filler's rounds,
+// the LeakThreshold watcher and its OnLeak calls (Pool.tasks), and the
+// Destroy calls (Pool.destroys). Once stop has returned no task starts, and
+// wait returns only when every task has ended (or its ctx has), so that none
+// of the pool's own work runs after Close.
 type tasks struct {
 	mu      sync.Mutex
 	n       int                 // running
 	stopped bool                // stop has been called: no task starts
 	waits   []taskWait          // made by wait; each closed once its tasks have ended
 	ids     map[uint64]struct{} // goroutine ids of the running tasks: see wait
-	// othersOnly: a task that waits waits for the other tasks (the Destroy
-	// calls, none of which waits for another); else it returns at once,
-	// since a background task may wait for the very task that calls it.
+	// othersOnly: a task calling wait waits for the other tasks (Destroy
+	// calls never wait for one another); else it returns at once, since
+	// another task may be waiting for the very task that calls it.
 	othersOnly bool
 }
 
-// taskWait is one wait: until no task runs but, when within is 1, the
-// waiting task itself.
+// taskWait ends when no more tasks run than within (1: the waiter itself).
 type taskWait struct {
 	within int
 	done   chan struct{}
 }
 
-// start runs f on a goroutine of its own, unless stop has been called:
-// then it reports false.
+// start runs f on a goroutine of its own, or reports false after stop.
 func (t *tasks) start(f func()) bool {
 	return t.startID(func(uint64) { f() })
 }
@@ -87,16 +81,14 @@ func (t *tasks) done(id uint64) {
 	t.mu.Unlock()
 }
 
-// stop keeps tasks from starting.
 func (t *tasks) stop() {
 	t.mu.Lock()
 	t.stopped = true
 	t.mu.Unlock()
 }
 
-// wait waits until no task runs, or ctx ends (then it returns ctx.Err()).
-// Called from a task, it cannot wait for its own caller: with othersOnly
-// (the Destroy calls) it waits for every other task, else it returns at once.
+// wait waits until no task runs or ctx ends. Called from a task, it waits
+// for the others with othersOnly, else returns at once.
 func (t *tasks) wait(ctx context.Context) error {
 	id := goroutineID()
 	t.mu.Lock()
@@ -118,9 +110,8 @@ func (t *tasks) wait(ctx context.Context) error {
 	return awaitOr(ctx, w.done)
 }
 
-// awaitOr waits until done is closed, and returns nil, or until ctx ends,
-// and returns ctx.Err(). When both are ready, done wins: the outcome never
-// depends on a select's random choice.
+// awaitOr waits until done is closed (nil) or ctx ends (ctx.Err()). Done
+// wins when both are ready, not a select's random choice.
 func awaitOr(ctx context.Context, done <-chan struct{}) error {
 	select {
 	case <-done:
@@ -135,10 +126,8 @@ func awaitOr(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
-// goroutineID returns the id of the calling goroutine, read from the first
-// line of its stack trace ("goroutine 7 [running]:"); 0 if it cannot. Go
-// offers no cheaper way. Tasks and the upkeep note theirs, so that a Close
-// called from one of their callbacks does not wait for itself.
+// goroutineID parses the caller's id from its stack trace (0 if it cannot),
+// so that Close from a task's or the upkeep's callback skips waiting for itself.
 func goroutineID() uint64 {
 	var buf [64]byte
 	b := buf[:runtime.Stack(buf[:], false)]
