@@ -7,18 +7,6 @@ import (
 	"time"
 )
 
-// The slow lease is a ladder, one helper per rung:
-//
-//	refused at the gate?    fail with the reason          refused
-//	queued at the gate?     wait for a permit             wait
-//	a permit in hand:       an idle item that passes      takeReady, judge
-//	                        judgement, else a fresh one   createReady
-//	lent:                   counted, perhaps sampled      leaseSlow
-//
-// A rung holding the permit hands it on, with its item, or returns it (and
-// destroys the item) before returning an error, also on a panic or
-// runtime.Goexit of user code: a deferred call lets go unless it settled.
-
 // Lease returns a leased item. It reuses an idle item, creates one when
 // fewer than MaxSize exist, or waits in FIFO order for one to be released.
 // The wait ends with ErrLeaseTimeout after Options.LeaseTimeout, with
@@ -131,7 +119,10 @@ func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseT
 
 // leaseSlow finishes a lease after the gate's admission a: e came with the
 // permit when a is admitted or admitRetired; w is its place when a is
-// queued. lt is the caller's when traced, else leaseSlow's own.
+// queued; lt is the caller's when traced. Each rung, one helper, that holds
+// the permit hands it on, with its item, or lets it go (destroying the item)
+// before returning an error, also on a panic or runtime.Goexit of user
+// code: a deferred call lets go unless the rung settled.
 func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	var own leaseTimes
 	if lt == nil {
@@ -149,8 +140,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 				return Lease[T]{}, err
 			}
 		}
-		// A permit in hand: an idle item that passes judgement, else a fresh
-		// one; when the idle item fails, another permit.
+		// A permit in hand: a judged idle item, else a fresh one; or another permit.
 		var t errType
 		var why reason
 		var err error
@@ -167,8 +157,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		if err != nil {
 			return p.leaseFailed(ctx, p.failedBy(ctx, t, err), err)
 		}
-		// Lent: counted (Stats.Leases), recorded in metrics; with MinIdle,
-		// ask for spares, as it may have taken the last.
+		// Lent: counted; with MinIdle, ask for spares: it may have taken the last.
 		k := p.g.slots.countLease(procPin())
 		procUnpin()
 		if p.opts.MinIdle > 0 {
@@ -244,8 +233,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 		return e, nil
 	}
 	if e != nil {
-		// Granted as we gave up, on a pool that closed or shrank: nobody
-		// else may have it.
+		// Granted as we gave up, on a pool that closed or shrank: ours to destroy.
 		p.destroyLater(e, p.refusedWhy(), nil)
 	}
 	var t errType
