@@ -7,31 +7,14 @@ import (
 	"time"
 )
 
-// The way of a lease: Lease, TryLease and Do, the fast path, and the slow
-// lease, a ladder of steps each in one helper below:
-//
-//	refused at the gate?    fail with the reason          refused
-//	queued at the gate?     wait for a permit             wait
-//	a permit in hand:       the newest idle item that     takeReady, judge
-//	                        passes judgement, else
-//	                        a fresh item, checked         createReady
-//	lent:                   counted, wait recorded,       leaseSlow
-//	                        perhaps sampled
-//
-// The invariant: each step that holds the lease's permit either hands it
-// on to the next step, with the item in hand if any, or returns it (and
-// destroys that item) before it returns an error, also on a panic or
-// runtime.Goexit of user code: each such step has a deferred call that
-// lets go of what it holds unless it settled.
-
 // Lease returns a leased item. It reuses an idle item, creates one when
 // fewer than MaxSize exist, or waits in FIFO order for one to be released.
 // The wait ends with ErrLeaseTimeout after Options.LeaseTimeout, with
-// ctx.Err() when ctx ends first, and with ErrClosed when the pool closes.
-// A ctx that has already ended gets ctx.Err() at once, even when an item
-// is idle. A failed creation or preparation of a fresh item returns its
-// error, wrapped. The caller must end the lease: defer l.Release().
-// Lease panics when ctx is nil.
+// ctx.Err() when ctx ends first, and with ErrClosed when the pool closes. A
+// ctx already ended gets ctx.Err() at once, even when an item is idle. A
+// failed creation or preparation of a fresh item returns its error, wrapped.
+// The caller must end the lease: defer l.Release(). Lease panics when ctx
+// is nil.
 func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
 	return p.lease(ctx, mayWait, nil)
 }
@@ -77,11 +60,9 @@ func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
 	return err
 }
 
-// lease is the one entry of Lease, TryLease and Do, called by each with
-// lt nil: the fast path, and the gate's admission for the slow lease. A
-// pool with a Tracer or TrackLeaseSites first goes to the edge
-// (leaseAtEdge), which calls it again with an lt for the slow lease to
-// fill in; the fast path does nothing it would measure.
+// lease serves Lease, TryLease and Do (lt nil). A pool with a Tracer or
+// TrackLeaseSites goes first to leaseAtEdge, which calls back with an lt
+// for the slow lease to fill in; the fast path has nothing to measure.
 func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	if ctx == nil {
 		panic(errNilContext)
@@ -92,16 +73,13 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 	if err := ctx.Err(); err != nil {
 		return p.leaseFailed(ctx, errCanceled, err) // gave up already: take nothing
 	}
-	// Best case: an idle item parked in this processor's slot (ring.go,
-	// "take", written out here: docs/DESIGN.md, "Take and park, written
-	// out"), not retired by a Clear, in a pool with nothing to judge.
+	// An idle item in this processor's slot, not retired by a Clear, in a pool
+	// with nothing to judge: docs/DESIGN.md, "Take and park, written out".
 	if r := &p.g.slots; !r.bypass.Load() {
 		pid := procPin()
 		s := &r.s[pid&r.mask]
 		// Load first: a miss then costs no locked instruction.
 		if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
-			// Not retired by a Clear: the one load and compare this costs is
-			// on a line that the take has read already.
 			switch p.route.lease {
 			case leaseAsIs:
 				if e.era == r.era.Load() {
@@ -112,7 +90,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 			case leaseSampled:
 				if e.era == r.era.Load() {
 					if k := r.countLease(pid); p.sampledForUse(k) {
-						p.sampleUse(e) // the clock, read pinned: nothing that may block
+						p.sampleUse(e) // reads the clock, pinned: nothing that may block
 					}
 					procUnpin()
 					return Lease[T]{e: e, gen: e.gen.Load()}, nil
@@ -126,46 +104,43 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 	return p.leaseFromGate(ctx, wait, lt)
 }
 
-// leaseFromGate is a lease that missed its slot: an idle item, or the
-// permit to create one, from the gate, in the critical section that
-// queues the lease when there is neither.
+// leaseFromGate takes an idle item, or a permit to create one, from the
+// gate, which queues the lease when there is neither.
 func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs)
 	if a == admitted && p.route.lease == leaseAsIs {
 		if p.opts.MinIdle > 0 {
-			p.ask(wantSpares) // it took from the idle queue: perhaps the last spare
+			p.ask(wantSpares) // it may have taken the last spare
 		}
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil // counted by acquire
 	}
 	return p.leaseSlow(ctx, e, w, a, wait, lt)
 }
 
-// leaseSlow finishes a lease that the fast path could not, after the gate's
-// admission a: e came with the permit when a is admitted or admitRetired,
-// and w is the lease's place in the queue when a is queued. An idle item
-// that fails its judgement goes to its Destroy with the lease's permit, and
-// the lease asks the gate for another (wait says whether it may queue for
-// it). It keeps what it knows of itself in one leaseTimes, the caller's
-// when traced (lt), else its own.
+// leaseSlow finishes a lease after the gate's admission a: e came with the
+// permit when a is admitted or admitRetired; w is its place when a is
+// queued; lt is the caller's when traced. Each rung, one helper, that holds
+// the permit hands it on, with its item, or lets it go (destroying the item)
+// before returning an error, also on a panic or runtime.Goexit of user
+// code: a deferred call lets go unless the rung settled.
 func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	var own leaseTimes
 	if lt == nil {
 		lt = &own
 	}
 	for {
-		// Refused at the gate: the lease fails with the reason.
+		// Refused: fail with the reason.
 		if a.refused() {
 			return p.refused(ctx, a)
 		}
-		// Queued: wait for a permit, which may come with an item.
+		// Queued: wait for a permit, perhaps with an item.
 		if a == queued {
 			var err error
 			if e, err = p.wait(ctx, w, lt); err != nil {
 				return Lease[T]{}, err
 			}
 		}
-		// A permit in hand: an idle item that passes judgement, else a fresh
-		// one; or another permit, when the idle item failed.
+		// A permit in hand: a judged idle item, else a fresh one; or another permit.
 		var t errType
 		var why reason
 		var err error
@@ -182,10 +157,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		if err != nil {
 			return p.leaseFailed(ctx, p.failedBy(ctx, t, err), err)
 		}
-		// Lent: counted on its processor (Stats.Leases) and, with metrics,
-		// its wait recorded when it queued and perhaps sampled for
-		// use_time; with MinIdle, it asks for spares: it may have taken
-		// the last.
+		// Lent: counted; with MinIdle, ask for spares: it may have taken the last.
 		k := p.g.slots.countLease(procPin())
 		procUnpin()
 		if p.opts.MinIdle > 0 {
@@ -198,8 +170,8 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 	}
 }
 
-// lentMetrics records, for a slow lease of e with k leases before it on its
-// processor, its wait when it queued, and its use_time when sampled.
+// lentMetrics records a slow lease's wait when it queued, and e's use_time
+// when the lease, k-th on its processor, is sampled.
 func (p *Pool[T]) lentMetrics(ctx context.Context, e *entry[T], k uint64, queued bool, waited time.Duration) {
 	if queued {
 		p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
@@ -216,9 +188,8 @@ func (lt *leaseTimes) start(needed bool) {
 	}
 }
 
-// left is what remains of LeaseTimeout d for the lease's next wait: at
-// least a nanosecond, so that the gate's own timeout ends a wait begun
-// late; 0 (none) when d is.
+// left is what remains of LeaseTimeout d, at least 1ns so that the gate's
+// own timeout ends a wait begun late; 0 (none) when d is.
 func (lt *leaseTimes) left(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
@@ -227,9 +198,8 @@ func (lt *leaseTimes) left(d time.Duration) time.Duration {
 	return max(d-time.Duration(monotime()-lt.since), 1)
 }
 
-// anotherPermit asks the gate for another permit, for a lease whose idle item
-// failed its judgement: one that may wait queues again ahead of the leases
-// that came after it (waitAgain).
+// anotherPermit asks the gate for another permit for a lease whose idle item
+// failed; one that may wait queues ahead of later leases (waitAgain).
 func (p *Pool[T]) anotherPermit(ctx context.Context, wait waitChoice) (*entry[T], *waiter[T], admission) {
 	if wait == mayWait {
 		wait = waitAgain
@@ -253,11 +223,8 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 	}
 }
 
-// wait waits, for the lease that the gate queued as w, until it grants a
-// permit, which may come with an item (the gate counts the wait, and wait
-// adds it to lt); when the wait ends otherwise, it fails the lease with
-// the error its end calls for. Each wait gets what is left of LeaseTimeout
-// (lt.left).
+// wait waits, within what is left of LeaseTimeout, for the gate to grant w
+// a permit, perhaps with an item; otherwise it fails the lease.
 func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entry[T], error) {
 	lt.queued = true
 	e, d, expired, err := p.g.await(ctx, w, lt.left(p.opts.LeaseTimeout))
@@ -266,8 +233,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 		return e, nil
 	}
 	if e != nil {
-		// An item granted as we gave up, on a pool that closed or shrank
-		// meanwhile: nobody else may have it.
+		// Granted as we gave up, on a pool that closed or shrank: ours to destroy.
 		p.destroyLater(e, p.refusedWhy(), nil)
 	}
 	var t errType
@@ -283,28 +249,23 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 	return nil, err
 }
 
-// timeoutError is ErrLeaseTimeout for a lease that has been waiting for
-// waited, its waits and checks together: it says what the pool was doing.
+// timeoutError is ErrLeaseTimeout, saying what the pool was doing meanwhile.
 func (p *Pool[T]) timeoutError(waited time.Duration) error {
 	queued, size, dying := p.g.queueAndSize()
 	return fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v; %d leases waiting, %d items being created, %d being destroyed",
 		ErrLeaseTimeout, p.opts.Name, size, waited.Round(time.Millisecond), queued, p.c.creating.Load(), dying)
 }
 
-// errAnotherPermit is what takeReady returns, with the idle item in hand,
-// when that item failed its judgement: the caller asks the gate for another
-// permit, then hands the item to its Destroy with the permit it held, so
-// that a lease that queues again has its place before that permit is free.
+// errAnotherPermit: takeReady's idle item failed judgement. The caller asks
+// for another permit before the item goes to Destroy with the old one, so a
+// lease that queues again has its place before that permit is free.
 var errAnotherPermit = errors.New("pool: another permit")
 
-// takeReady decides, for the permit the caller holds, on e, the idle item
-// that came with it, or, when there is none, the newest idle one now: lend
-// it when it passes judgement (judge); else it returns the item, why it
-// failed and errAnotherPermit, for the caller to destroy (see errAnotherPermit).
-// It returns no item and no error when none is idle: the permit is the
-// caller's still, to create one. On another error the permit has gone (with
-// the item, or back), also on a panic or Goexit of user code; failed says
-// which step failed.
+// takeReady returns e, the idle item that came with the permit, else the
+// newest idle one, if it passes judge; if not, the item, why, and
+// errAnotherPermit. No item and no error: none is idle, the permit is still
+// the caller's. On any other error, also on a panic or Goexit of user code,
+// the permit has gone (with the item, or back).
 func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
 	if e == nil {
 		if e = p.g.takeIdle(); e == nil {
@@ -317,7 +278,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_
 			p.letGo(e)
 		}
 	}()
-	var now int64 // the clock, in a pool that stamps releases; it may sweep
+	var now int64
 	if p.route.stamped {
 		if now = p.now(); p.claimSweep(now) {
 			p.destroyExpired(now)
@@ -329,7 +290,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_
 	case lendIt:
 		return e, 0, 0, nil
 	case spareIt:
-		p.giveBack(e) // the caller gave up before the check: the item is as good as it was
+		p.giveBack(e) // unchecked, it is as good as it was
 		return nil, errCanceled, 0, err
 	}
 	if err != nil && ctx.Err() != nil {
@@ -339,7 +300,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_
 	return e, 0, why, errAnotherPermit
 }
 
-// verdict is what judge decided of an idle item taken for a lease.
+// verdict is judge's decision on an idle item taken for a lease.
 type verdict uint8
 
 const (
@@ -348,12 +309,10 @@ const (
 	destroyIt         // for the reason judge gave
 )
 
-// judge decides what a lease does with the idle item e: destroy it when a
-// Clear retired it, or when it has expired at now, the lease's clock (but
-// for an item only idle too long that keepsFloor keeps); else check it with
-// the Preparer when it is due a check (needsCheck), and destroy it when the
-// check fails. The error is the check's, or the ctx's when it ended before
-// the check. A check is time the lease's LeaseTimeout counts (lt.start).
+// judge says destroyIt when a Clear retired e or it expired by now (unless
+// keepsFloor keeps an item only idle too long), or when the Preparer's due
+// check fails; a check counts against LeaseTimeout. The error is the
+// check's, or ctx's when it ended before the check.
 func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTimes) (verdict, reason, error) {
 	if p.retired(e) {
 		return destroyIt, reasonClear, nil
@@ -382,10 +341,9 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTi
 	return lendIt, 0, nil
 }
 
-// createReady creates a fresh item for the permit the caller holds and, with
-// a Preparer, checks it. On error, and on a panic or Goexit of user code,
-// the permit has gone (back, or with the item to its Destroy, or with a
-// creation its caller gave up on); failed says which step failed.
+// createReady creates and prepares a fresh item for the caller's permit. On
+// error, also on a panic or Goexit of user code, the permit has gone: back,
+// with the item to its Destroy, or with an abandoned creation.
 func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T], failed errType, err error) {
 	var e *entry[T]
 	settled := false
@@ -414,8 +372,7 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 	return e, 0, nil
 }
 
-// letGo gives up the permit of a slow lease that fails: with the item in
-// hand, if any, to its Destroy; else back to the gate.
+// letGo gives up a failing lease's permit, with its item if any.
 func (p *Pool[T]) letGo(e *entry[T]) {
 	if e != nil {
 		p.destroyLater(e, reasonPrepare, nil)
@@ -442,10 +399,9 @@ var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhaust
 // String returns the error.type that pool.lease.errors records.
 func (t errType) String() string { return errTypeNames[t] }
 
-// failedBy classifies the failure err of the step t of a slow lease: t,
-// unless Close or the caller's ctx ended it. ErrClosed first: a factory
-// that wraps its ctx's error (as net.Dialer does) makes a creation that
-// Close canceled match context.Canceled too, and Close is what ended it.
+// failedBy classifies err of step t: t, unless Close or ctx ended it.
+// ErrClosed first: a factory wrapping its ctx's error (as net.Dialer does)
+// makes a creation that Close canceled match context.Canceled too.
 func (p *Pool[T]) failedBy(ctx context.Context, t errType, err error) errType {
 	switch {
 	case errors.Is(err, ErrClosed):
@@ -456,8 +412,7 @@ func (p *Pool[T]) failedBy(ctx context.Context, t errType, err error) errType {
 	return t
 }
 
-// leaseFailed counts a failed lease of type t, in Stats and in
-// pool.lease.errors, and returns err.
+// leaseFailed counts a failed lease in Stats and pool.lease.errors.
 func (p *Pool[T]) leaseFailed(ctx context.Context, t errType, err error) (Lease[T], error) {
 	switch t {
 	case errCanceled:

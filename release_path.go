@@ -5,18 +5,12 @@ import (
 	"runtime"
 )
 
-// The way back: what Release, Discard and Detach do with the item once the
-// lease has ended (lease.go).
-//
-// The invariant: whoever ended a lease owns the item and its permit until
-// it hands both on, exactly once: it parks the item in a slot, gives it to
-// the gate (to the oldest waiter, or the idle queue), or destroys or
-// detaches it and frees the permit. Before the item goes anywhere, the end
-// of the lease is accounted for (leaseEnded), once.
+// Whoever ended a lease owns its item and permit until it hands both on,
+// once: to a slot, to the gate, or to Destroy; Detach frees the permit.
+// Before that, the lease's end is accounted for (leaseEnded), once.
 
-// release takes back the item of a lease that Release ended. The fast path
-// parks it as it is; whatever else a pool does on release (Reset, the
-// clock, a retired item) is out of line.
+// release takes back a Released item. The fast path parks it as it is;
+// Reset, the clock and retired items are out of line.
 func (p *Pool[T]) release(e *entry[T]) {
 	if p.retired(e) {
 		p.releaseRetired(e)
@@ -35,8 +29,7 @@ func (p *Pool[T]) release(e *entry[T]) {
 		p.releaseTraced(e)
 		return
 	}
-	// slots.park, written out as take is in lease: a call less on the
-	// fast path (docs/DESIGN.md, "Take and park, written out").
+	// slots.park, written out: docs/DESIGN.md, "Take and park, written out".
 	if r := &p.g.slots; !r.bypass.Load() {
 		s := &r.s[procPin()&r.mask]
 		procUnpin()
@@ -54,9 +47,7 @@ func (p *Pool[T]) releaseTraced(e *entry[T]) {
 	p.releaseSlow(e)
 }
 
-// releaseSlow is release in a pool with Reset, or one that stamps
-// releases: it accounts for the lease's end, runs Reset, and then sweeps
-// when a sweep is due, judges the item's lifetime and stamps its release.
+// releaseSlow is release in a pool with Reset, or one that stamps releases.
 func (p *Pool[T]) releaseSlow(e *entry[T]) {
 	if e.atEnd.Load() != 0 {
 		p.leaseEnded(e) // the lease ended with Release, before Reset
@@ -75,10 +66,8 @@ func (p *Pool[T]) releaseSlow(e *entry[T]) {
 	p.releaseAt(e, now)
 }
 
-// leaseEnded accounts for the end of a lease of e (Release, Discard or
-// Detach, gen having moved on): it records a sampled lease's use_time
-// (metrics.go) and logs the end of a lease reported as held (watcher.go).
-// The holder calls it once per lease, before the item goes anywhere.
+// leaseEnded accounts, once and before the item goes anywhere, for the end
+// of e's lease (gen has moved on): a sampled use_time, a reported holder.
 func (p *Pool[T]) leaseEnded(e *entry[T]) {
 	w := e.atEnd.Load()
 	if w&atEndSampled != 0 {
@@ -92,8 +81,7 @@ func (p *Pool[T]) leaseEnded(e *entry[T]) {
 	}
 }
 
-// releaseRetired destroys the item of a lease that Release ended, when the
-// item was created before the last Clear.
+// releaseRetired destroys a Released item that a Clear retired.
 func (p *Pool[T]) releaseRetired(e *entry[T]) {
 	defer p.released(p.endTrace(e), "release")
 	p.leaseEnded(e)
@@ -107,10 +95,9 @@ func (p *Pool[T]) discard(e *entry[T]) {
 	p.destroyLater(e, reasonDiscard, nil)
 }
 
-// detach takes the item of a lease that Detach ended out of the pool.
-// Released runs before the item leaves: when it panics or calls
-// runtime.Goexit, Detach never returns the item, so the pool, which still
-// holds it and its permit, destroys it instead.
+// detach takes e out of the pool. Released runs first: if it panics or
+// calls runtime.Goexit, Detach never returns the item, so the pool, still
+// holding it and its permit, destroys it.
 func (p *Pool[T]) detach(e *entry[T]) T {
 	p.leaseEnded(e)
 	e.cleanup.Stop() // the entry is garbage from now on, not a leak
@@ -126,9 +113,8 @@ func (p *Pool[T]) detach(e *entry[T]) T {
 	return v
 }
 
-// releasedOrDestroy reports the end of a traced Detach; when Released
-// panics or calls runtime.Goexit, it destroys e, whose permit the caller
-// holds, as a discarded item, and the panic goes on.
+// releasedOrDestroy reports a traced Detach's end; if Released panics or
+// calls Goexit, it destroys e, whose permit the caller holds.
 func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
 	returned := false
 	defer func() {
@@ -140,10 +126,8 @@ func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
 	returned = true
 }
 
-// reset runs Options.Reset; when it fails (the error is logged: Release
-// has no caller to return it to), panics or calls runtime.Goexit, the item
-// is destroyed and its permit freed, and reset reports false (or the panic
-// goes on).
+// reset runs Options.Reset. When Reset fails (logged: Release returns no
+// error), panics or calls Goexit, the item is destroyed, freeing its permit.
 func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	defer func() {
 		if !ok {
@@ -157,8 +141,7 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	return true
 }
 
-// releaseAt destroys e when it is past its lifetime at now, else stamps it
-// released at now and gives it back.
+// releaseAt destroys e past its lifetime, else gives it back idle since now.
 func (p *Pool[T]) releaseAt(e *entry[T], now int64) {
 	if now > e.deadline {
 		p.destroyLater(e, reasonLifetime, nil)
@@ -168,10 +151,8 @@ func (p *Pool[T]) releaseAt(e *entry[T], now int64) {
 	p.giveBack(e)
 }
 
-// giveBack makes e idle, an item whose permit the caller holds: in this
-// processor's slot, with its permit, when nobody waits (ring.go, "park");
-// else through the gate. An item that a Clear has retired meanwhile is
-// destroyed instead.
+// giveBack makes e, whose permit the caller holds, idle: in this processor's
+// slot when nobody waits, else through the gate; if retired, it destroys e.
 func (p *Pool[T]) giveBack(e *entry[T]) {
 	if p.retired(e) {
 		p.destroyLater(e, reasonClear, nil)
@@ -182,11 +163,8 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 	}
 }
 
-// giveBackToGate is giveBack without the slot: the item goes to the oldest
-// waiter or the idle queue, where the sweep and the upkeep see it; after a
-// hand-off to a waiter it yields the processor to it. On a
-// closed pool, or one that holds more items than MaxSize after a shrink,
-// it destroys the item.
+// giveBackToGate hands e to the oldest waiter, yielding to it, or to the
+// idle queue; a closed pool, or one over MaxSize after a shrink, destroys it.
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
 	if p.retired(e) {
 		p.destroyLater(e, reasonClear, nil)
@@ -197,14 +175,13 @@ func (p *Pool[T]) giveBackToGate(e *entry[T]) {
 	case !accepted:
 		p.destroyLater(e, p.refusedWhy(), nil)
 	case handed:
-		// The woken lease runs now, rather than when this goroutine next
-		// blocks or is preempted (doc.go, "Waiting and errors").
+		// The woken lease runs now, not when this goroutine next blocks or is
+		// preempted (doc.go, "Waiting and errors").
 		runtime.Gosched()
 	}
 }
 
-// refusedWhy is why the gate refused an item: the pool closed, or it holds
-// more items than MaxSize after SetMaxSize shrank it.
+// refusedWhy is why the gate refused an item: Close, or a SetMaxSize shrink.
 func (p *Pool[T]) refusedWhy() reason {
 	if p.g.isClosed() {
 		return reasonClose

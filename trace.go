@@ -6,58 +6,39 @@ import (
 	"time"
 )
 
-// Tracing: Options.Tracer sees each lease in the goroutine of the call
-// that made it, with what the pool measured of it.
+// Tracer sees each lease, so that a request's trace can say where its time
+// went inside the pool: how long it queued, how long the factory and the
+// check took, how long the item was held. Set it as Options.Tracer;
+// examples/tracing adapts it to OpenTelemetry spans.
 //
-// The invariant: with Tracer nil nothing here runs, and the lease and
-// release paths pay one byte's compare for it. With a Tracer, every Lease,
-// TryLease and Do gets exactly one LeaseStart and one LeaseEnd, and every
-// lease that LeaseEnd reported as granted exactly one Released, with the
-// ctx that LeaseStart returned; the pool has accounted for the lease (its
-// item leased, or given back) before each call, so a Tracer that panics
-// loses no item and no permit. A Detach's Released runs while the pool still
-// holds the item, so that when Released does not return, the item Detach
-// cannot hand over is destroyed (Pool.releasedOrDestroy).
-
-// Tracer sees each lease in the goroutine of the call that made it, so that
-// a request's trace can say where its time went inside the pool: how long
-// it queued, how long the factory and the check took, how long the item was
-// held. Set it as Options.Tracer; examples/tracing adapts it to
-// OpenTelemetry spans.
-//
-// Its methods run on the caller's goroutine, in the caller's time: keep
-// them quick. A panic in one goes on to the caller, as a panic of the
-// caller's own code would, once the pool has accounted for the lease: no
-// item and no place under MaxSize is lost (a lease whose LeaseEnd panicked is
-// given back, and sees no Released; the item of a Detach whose Released
-// panicked, which its caller never receives, is destroyed).
+// Its methods run on the caller's goroutine, in the caller's time: keep them
+// quick. A panic in one goes on to the caller once the pool has accounted
+// for the lease: no item and no place under MaxSize is lost (a lease whose
+// LeaseEnd panicked is given back, and sees no Released; the item of a
+// Detach whose Released panicked is destroyed).
 type Tracer interface {
 	// LeaseStart runs as a Lease, TryLease or Do begins, with the pool's
-	// Name. The ctx it returns (ctx itself, or one derived from it, such
-	// as ctx with a span) is the one the lease goes on with: its wait, the
-	// factory and the Preparer see it, and so do LeaseEnd and Released. A
-	// nil return stands for ctx.
+	// Name. The ctx it returns (ctx, or one derived from it, such as with a
+	// span; nil stands for ctx) is the one the lease goes on with: its wait,
+	// the factory and the Preparer see it, and so do LeaseEnd and Released.
 	LeaseStart(ctx context.Context, pool string) context.Context
 	// LeaseEnd runs as that call returns, with its outcome: once for every
-	// LeaseStart, whether an item was leased or not. A call that panics
-	// because code it called did (the factory, the Preparer) gets it too,
-	// with an Err, as the panic goes on.
+	// LeaseStart, leased or not, and with an Err when the call panics because
+	// the factory or the Preparer did, as the panic goes on.
 	LeaseEnd(ctx context.Context, t LeaseTrace)
-	// Released runs as a lease that LeaseEnd reported as granted ends:
-	// Release, Discard or Detach (also Do's end), in that call's goroutine,
-	// once the item has been given back. A lease that failed gets none.
-	// For a Detach it runs once the lease has ended, the item still in
-	// the pool's hands (in Stats.ActiveLeases, not yet in Detached): the
-	// item leaves the pool when Released returns, and when Released panics
-	// or calls runtime.Goexit, Detach returns nothing and the pool destroys
-	// the item as a discarded one (Stats.Destroyed, reason discard).
+	// Released runs once, only for a lease that LeaseEnd reported as granted,
+	// as it ends by Release, Discard or Detach (also Do's end), in that
+	// call's goroutine, once the item has been given back. For a Detach the
+	// item is still in the pool's hands (in Stats.ActiveLeases, not yet in
+	// Detached) and leaves when Released returns; when Released panics or
+	// calls runtime.Goexit, Detach returns nothing and the pool destroys the
+	// item as a discarded one (Stats.Destroyed, reason discard).
 	Released(ctx context.Context, t ReleaseTrace)
 }
 
 // LeaseTrace is what the pool measured of one Lease, TryLease or Do, for
-// Tracer.LeaseEnd. The durations are the pool's own and add up to no more
-// than the call took; each is 0 when the lease did not do that step (and
-// when the step panicked: it is measured as it returns).
+// Tracer.LeaseEnd. Its durations, the pool's own, add up to no more than the
+// call took; each is 0 for a step the lease did not do, or that panicked.
 type LeaseTrace struct {
 	// Pool is the pool's Name.
 	Pool string
@@ -70,8 +51,7 @@ type LeaseTrace struct {
 	// lease; 0 when an idle item was leased, or no creation started.
 	Create time.Duration
 	// Prepare is how long IsReady and Prepare took on the items this lease
-	// checked (more than one when an idle item failed its check); 0 when
-	// none was checked.
+	// checked (several when an idle item failed); 0 when none was checked.
 	Prepare time.Duration
 	// Uses is how many leases the item has had, this one included (as
 	// Lease.Uses); 0 when no item was leased.
@@ -90,11 +70,9 @@ type ReleaseTrace struct {
 	How string
 }
 
-// leaseTimes is what a slow lease knows of itself: whether it queued, its
-// waits (summed), since when its LeaseTimeout counts (the monotonic clock;
-// 0: not read yet, which happens before its first wait or check: what it
-// did before took too little to be worth a clock read per lease) and, when
-// traced, how long its creation and checks took (see LeaseTrace).
+// leaseTimes is what a slow lease knows of itself. since, the monotime its
+// LeaseTimeout counts from, is read at its first wait or check: what came
+// before is not worth a clock read per lease. create and prepare: if traced.
 type leaseTimes struct {
 	traced                bool
 	queued                bool
@@ -102,21 +80,17 @@ type leaseTimes struct {
 	wait, create, prepare time.Duration
 }
 
-// traceState is what an entry keeps of a traced lease while it is out:
-// the ctx LeaseStart returned and when the lease was granted. Made with the
-// entry when Options.Tracer is set, so that a lease allocates nothing;
-// only the lease holder reads and writes it.
+// traceState is a traced lease's, while it is out: made with the entry, so
+// that a lease allocates nothing, and touched only by the lease holder.
 type traceState struct {
 	ctx context.Context // nil: the lease is not traced (its LeaseEnd panicked)
 	at  int64           // the pool's clock when the lease was granted
 }
 
-// errLeaseEscaped is the Err of a traced lease that did not return: user
-// code it called panicked or called runtime.Goexit, which goes on.
+// errLeaseEscaped is the Err of a traced lease that user code ended.
 var errLeaseEscaped = errors.New("pool: the lease did not return: code it called (the factory, the Preparer) panicked or called runtime.Goexit")
 
-// traceStep is how far leaseTraced has got, for its deferred call: a panic
-// or runtime.Goexit of user code may end it at any step.
+// traceStep is how far leaseTraced got when a panic or Goexit ended it.
 type traceStep uint8
 
 const (
@@ -125,9 +99,8 @@ const (
 	stepDone                       // LeaseEnd has been called (and, for a granted lease, returned)
 )
 
-// leaseAtEdge is a lease in a pool with a Tracer (leaseTraced), or whose
-// leases record themselves (LeakThreshold, TrackLeaseSites): here,
-// leakSiteSkip frames below the caller of Lease, TryLease or Do.
+// leaseAtEdge runs, leakSiteSkip frames below the caller of Lease, TryLease
+// or Do, a lease traced or recorded (LeakThreshold, TrackLeaseSites).
 func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
 	if p.route.traced {
 		l, err = p.leaseTraced(ctx, wait)
@@ -140,9 +113,8 @@ func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T],
 	return l, err
 }
 
-// leaseTraced is lease with Options.Tracer: LeaseStart, the lease on the
-// ctx it returned, LeaseEnd with what the lease measured, also when user
-// code the lease called panics (the panic goes on).
+// leaseTraced is lease between LeaseStart and LeaseEnd, which runs also
+// when user code panics (the panic goes on).
 func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
 	tr := p.opts.Tracer
 	if c := tr.LeaseStart(ctx, p.opts.Name); c != nil {
@@ -176,16 +148,14 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 	return l, nil
 }
 
-// tracedEnd is what Released needs of a lease that has just ended, read
-// before its item goes anywhere (the next lease of the item writes its
-// traceState).
+// tracedEnd is read before the item goes anywhere: the item's next lease
+// writes its traceState.
 type tracedEnd struct {
 	ctx  context.Context // nil: nothing to report
 	held time.Duration
 }
 
-// endTrace reads the traced lease of e as it ends; the zero tracedEnd in a
-// pool without Tracer.
+// endTrace reads e's traced lease as it ends; zero without a Tracer.
 func (p *Pool[T]) endTrace(e *entry[T]) tracedEnd {
 	if !p.route.traced || e.trace.ctx == nil {
 		return tracedEnd{}
@@ -196,16 +166,14 @@ func (p *Pool[T]) endTrace(e *entry[T]) tracedEnd {
 	return t
 }
 
-// released reports the end of a traced lease, how it ended, once the item
-// has been given back.
+// released reports a traced lease's end, once the item has been given back.
 func (p *Pool[T]) released(t tracedEnd, how string) {
 	if t.ctx != nil {
 		p.opts.Tracer.Released(t.ctx, ReleaseTrace{Pool: p.opts.Name, Held: t.held, How: how})
 	}
 }
 
-// startTimer reads the pool's clock for a step that a traced lease
-// measures; 0, and no clock read, for a lease not traced.
+// startTimer reads the clock for a traced lease's step; 0 if not traced.
 func (p *Pool[T]) startTimer(lt *leaseTimes) int64 {
 	if !lt.traced {
 		return 0
