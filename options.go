@@ -126,9 +126,9 @@ type Options[T any] struct {
 	// MeterProvider receives the pool's OpenTelemetry instruments (see
 	// Metrics in the package documentation), under the instrumentation scope
 	// "github.com/msl-armory/pool" and the attribute pool.name. nil, or a
-	// no-op provider: nothing is registered or recorded. Either way a lease
-	// and release of an idle item records nothing; the gauges are observed
-	// when the provider collects.
+	// no-op provider: nothing is registered or recorded. A lease and release
+	// of an idle item record nothing but pool.lease.use_time's sample (one
+	// lease in 512); the gauges are observed when the provider collects.
 	MeterProvider metric.MeterProvider `json:"-"`
 
 	// OnLeak is called, on a goroutine of its own, for every lease the garbage
@@ -147,19 +147,19 @@ type Options[T any] struct {
 	// delay; below 8 ms, within LeakThreshold + 3 ms): to OnLeak, and to
 	// Logger at Warn with its age (and, with TrackLeaseSites, the stack that
 	// took it) instead of err; its end is logged at Info with its final age as
-	// age. It also gives Outstanding its ages, which without TrackLeaseSites
-	// count from the first scan that saw the lease out, up to LeakThreshold/8
-	// short. It costs a goroutine, from New to Close, scanning every
-	// LeakThreshold/8 (at most once a millisecond), and a release a load and
-	// a compare. 0: never.
+	// age. It also gives Outstanding its ages. It costs each lease a clock
+	// read, each release a load and a compare, and a goroutine, from New to
+	// Close, reading the leases' starts every LeakThreshold/8 (at most once
+	// a millisecond). 0: never.
 	LeakThreshold time.Duration
 
 	// TrackLeaseSites records on every lease when and where (the stack of
 	// the Lease call, up to 32 frames) it was taken, for LeakReport and
-	// Outstanding. Off, leak detection costs nothing per lease. On, every
-	// lease walks its caller's stack, making a lease and release many times
-	// as costly, and each item takes about 300 bytes more; still no
-	// allocation per lease. For tests, debugging, or hunting a leak.
+	// Outstanding. Off (and without LeakThreshold), leak detection costs
+	// nothing per lease. On, every lease walks its caller's stack, making a
+	// lease and release many times as costly, and each item takes about 300
+	// bytes more; still no allocation per lease. For tests, debugging, or
+	// hunting a leak.
 	TrackLeaseSites bool
 
 	// UpkeepInterval runs the pool's upkeep this often (spread by up to
