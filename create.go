@@ -11,33 +11,25 @@ import (
 	"weak"
 )
 
-// Creating items: New's seeding, a lease's creation, the adoption of
-// creations their caller gave up on, and the filler.
-//
-// The invariant: a creation holds a permit from before the factory is
-// called until its item is handed on (to a lease, a waiter or the idle
-// ring) or the creation fails, when the permit is freed; exactly one of the
-// caller and the creating goroutine owns it at every instant (see
-// creation.state). The factory gets a context that keeps the caller's
-// values but not its cancellation, that CreateTimeout bounds and Close
-// cancels: so a caller that gives up never costs a second dial, and a
-// closed pool ends its dials.
+// Creating items. A creation holds a permit from before the factory call
+// until its item is handed on or the creation fails and frees it; exactly
+// one of caller and creating goroutine owns it at any instant
+// (creation.state). The factory's context keeps the caller's values, not
+// its cancellation; CreateTimeout bounds it and Close cancels it.
 
-// seedParallelism bounds the creations New runs at once, so that a large
-// MinSize does not dial one server that many times in the same instant.
+// seedParallelism bounds concurrent seeding creations, so a large MinSize
+// does not dial one server that many times at once.
 const seedParallelism = 32
 
-// seedResult is one creation of New's seeding.
 type seedResult[T any] struct {
 	e        *entry[T]
 	err      error
 	panicVal any // a *panicError, or errFactoryGoexit
 }
 
-// seed creates MinSize idle items, up to seedParallelism at once. The first
-// failure cancels the creations still under way; then every item made is
-// destroyed, so nothing leaks, and seed returns that failure's error, or
-// raises the first panic of the factory again.
+// seed creates MinSize idle items. The first failure cancels the rest,
+// every item made is destroyed, and seed returns the error or re-raises
+// the factory's first panic.
 func (p *Pool[T]) seed(ctx context.Context) error {
 	n := p.opts.MinSize
 	if n == 0 {
@@ -119,13 +111,10 @@ const (
 	abandoned
 )
 
-// create makes a fresh item for a caller that holds a permit. When ctx can
-// end, the factory runs on a goroutine of its own: if the caller gives up,
-// the creation finishes in the background and its item goes idle (or to a
-// waiter), so one impatient caller never costs a second dial. A panic in the
-// factory reaches the caller if it still waits.
-// abandoned reports that the caller gave up and the permit went with the
-// creation.
+// create makes an item for a caller holding a permit. When ctx can end,
+// the factory runs on its own goroutine: if the caller gives up, the
+// creation finishes in the background and the permit goes with it
+// (abandonedIt). A factory panic reaches the caller if it still waits.
 func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err // gave up already: don't start a dial for nobody
@@ -151,12 +140,9 @@ func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, er
 	return c.e, false, c.err
 }
 
-// createAsync runs one creation for create. It holds the caller's permit
-// from the moment the caller abandons the creation.
-//
-// It finishes in a deferred call, so that a factory that panics, or calls
-// runtime.Goexit (t.FailNow in a test's factory does), still either
-// reaches the waiting caller or frees the abandoned creation's permit.
+// createAsync owns the permit once the caller abandons c. It finishes in
+// a deferred call, so a factory panic or runtime.Goexit still reaches the
+// waiting caller or frees the abandoned permit.
 func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
 	c.panicked = true // until createDetached returns
 	defer func() {
@@ -177,14 +163,12 @@ func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
 	c.panicked = false
 }
 
-// errFactoryGoexit is what a caller waiting for a creation panics with when
-// the factory called runtime.Goexit on the creating goroutine.
+// errFactoryGoexit is what a waiting caller panics with when the factory
+// called runtime.Goexit on the creating goroutine.
 var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
 
-// adopt finishes a creation that its caller abandoned: nobody waits for
-// this item. A failure (or a panic) counts as a failed creation, is logged
-// and frees the permit; an item goes idle, or to a waiter, or, on a closed
-// pool, to its Destroy.
+// adopt finishes an abandoned creation: a failure is logged and frees the
+// permit; an item is given back as a release would.
 func (p *Pool[T]) adopt(c *creation[T]) {
 	if c.panicked || c.err != nil {
 		err := c.err
@@ -198,9 +182,8 @@ func (p *Pool[T]) adopt(c *creation[T]) {
 	p.giveBack(c.e)
 }
 
-// createDetached calls the factory with a context that keeps ctx's values
-// but not its cancellation, is canceled by Close and bounded by
-// CreateTimeout.
+// createDetached calls the factory with ctx's values but not its
+// cancellation, canceled by Close and bounded by CreateTimeout.
 func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -229,7 +212,6 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 		return nil, fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
 	}
 	if p.nillable && isNil(any(v)) {
-		// Nothing to destroy, and nothing a lease could use.
 		return nil, fmt.Errorf("pool %q: create item: the factory returned a nil %v and no error", p.opts.Name, reflect.TypeFor[T]())
 	}
 	p.c.mu.Lock()
@@ -251,9 +233,8 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	return e, nil
 }
 
-// callFactory makes one factory call, counted in Stats.CreateErrors when it
-// fails (also by a panic or runtime.Goexit) and timed in
-// pool.items.create_time when there are metrics, also when it fails.
+// callFactory calls the factory, counting failures (panic and Goexit too)
+// in Stats.CreateErrors and timing every call in pool.items.create_time.
 func (p *Pool[T]) callFactory(ctx context.Context) (v T, err error) {
 	if p.m != nil {
 		start := p.now()
@@ -272,19 +253,15 @@ func (p *Pool[T]) callFactory(ctx context.Context) (v T, err error) {
 	return v, err
 }
 
-// # Creating on the pool's own account
+// # The filler
 //
-// One filler per pool creates the items nobody waits for: the seeding of
-// SeedInBackground, Clear's refill and the spares of MinIdle (the upkeep
-// fills to MinSize in its own round, with fill). Each ask sets a bit of
-// wants and signals asks; the filler's round takes the bits and fills
-// for each. A failed creation (an error, a panic or a runtime.Goexit of
-// the factory) is logged, never raised; a failed seeding or spares round
-// is retried, backing off, and a failed refill is not. Each creation holds
-// a permit from tryAcquireFill, so the cap holds and waiting leases come
-// first; the factory's context is the pool's (createDetached). Between
-// rounds the filler holds the pool only weakly, so that a pool dropped
-// without Close can be collected; it returns then, or at Close.
+// One filler per pool creates items nobody waits for: SeedInBackground's
+// seeding, Clear's refill and MinIdle's spares. An ask sets a bit of wants
+// and signals asks. Failures are logged, never raised; failed seeding and
+// spares rounds are retried with backoff, refills are not. Each creation
+// holds a permit from tryAcquireFill, so waiting leases come first. Between
+// rounds the filler holds the pool weakly, so an unclosed pool can be
+// collected.
 
 // The bits of Pool.wants: what the filler's next round fills.
 const (
@@ -293,11 +270,8 @@ const (
 	wantSpares                    // MinIdle idle
 )
 
-// fill creates idle items, one at a time, while fewer than n items of the
-// kind count says exist (the items being destroyed, on their way out, not
-// counted among all the items), as far as MaxSize allows and while no
-// lease waits. It reports false when a creation failed; who says who
-// fills, for the log.
+// fill creates idle items one at a time while tryAcquireFill allows, and
+// reports false when a creation failed. who is for the log.
 func (p *Pool[T]) fill(count fillCount, n int, who string) bool {
 	for p.g.tryAcquireFill(n, count) {
 		if !p.createIdle(who) {
@@ -307,9 +281,8 @@ func (p *Pool[T]) fill(count fillCount, n int, who string) bool {
 	return true
 }
 
-// createIdle creates an item for a permit the caller holds and puts it
-// idle; on failure (logged), panic (logged) or Goexit it frees the permit
-// and reports false.
+// createIdle creates an item for the caller's permit and puts it idle; on
+// failure, panic or Goexit it frees the permit and reports false.
 func (p *Pool[T]) createIdle(who string) (ok bool) {
 	var e *entry[T]
 	defer func() {
@@ -331,8 +304,7 @@ func (p *Pool[T]) createIdle(who string) (ok bool) {
 	return true
 }
 
-// ask asks the filler, started at the first ask, for a round that fills
-// for the bits of want, without waiting.
+// ask asks the filler, started at the first ask, for a round for want.
 func (p *Pool[T]) ask(want uint32) {
 	if !p.filling.Load() && p.filling.CompareAndSwap(false, true) {
 		go fillLoop(p.self, p.done.Done(), p.asks, p.backoffLimit())
@@ -346,9 +318,8 @@ func (p *Pool[T]) ask(want uint32) {
 	}
 }
 
-// fillLoop is the filler: a round for each ask, and again after a round
-// that owes a retry, backing off as the upkeep does (upkeepBackoff), until
-// Close or the pool is collected.
+// fillLoop is the filler: a round per ask, retried with backoff while it
+// owes one, until Close or the pool is collected.
 func fillLoop[T any](wp weak.Pointer[Pool[T]], done, asks <-chan struct{}, limit time.Duration) {
 	var backoff time.Duration
 	for {
@@ -371,10 +342,9 @@ func fillLoop[T any](wp weak.Pointer[Pool[T]], done, asks <-chan struct{}, limit
 	}
 }
 
-// fillApart runs a round on a task of its own, so that Close waits for it
-// and a runtime.Goexit in the factory ends that task only, as a failed
-// round. It reports false when the round owes a retry, whose bits it puts
-// back in wants before its task ends; true when the pool is gone or closed.
+// fillApart runs a round as a task, so Close waits for it and a factory's
+// Goexit ends only that round, as a failure. It reports false when the
+// round owes a retry, whose bits go back in wants before the task ends.
 func fillApart[T any](wp weak.Pointer[Pool[T]]) bool {
 	p := wp.Value()
 	if p == nil {
@@ -393,8 +363,7 @@ func fillApart[T any](wp weak.Pointer[Pool[T]]) bool {
 	return !started || <-owed == 0
 }
 
-// fillRound fills for the bits of d, and returns those whose fill failed
-// and is retried.
+// fillRound fills for d and returns the bits to retry.
 func (p *Pool[T]) fillRound(d uint32) (owed uint32) {
 	if d&wantSeed != 0 && !p.seedRound() {
 		owed |= wantSeed
@@ -408,8 +377,8 @@ func (p *Pool[T]) fillRound(d uint32) (owed uint32) {
 	return owed
 }
 
-// refill asks for the idle items to be refilled to MinSize, once after
-// has closed: when the Destroy calls of the items Clear took out end.
+// refill asks for the idle items to be refilled to MinSize once after
+// closes (Clear's destroys have ended).
 func (p *Pool[T]) refill(after <-chan struct{}) {
 	if p.opts.MinSize == 0 {
 		return
@@ -418,8 +387,7 @@ func (p *Pool[T]) refill(after <-chan struct{}) {
 	p.ask(wantRefill)
 }
 
-// refillRound waits for the last Clear's destroys, then fills the idle
-// items to MinSize: its failure is logged, not retried.
+// refillRound's failure is logged, not retried.
 func (p *Pool[T]) refillRound() {
 	if after := p.refillAfter.Swap(nil); after != nil && awaitOr(p.done, *after) != nil {
 		return // closed
@@ -427,15 +395,12 @@ func (p *Pool[T]) refillRound() {
 	p.fill(idleItems, p.opts.MinSize, "clear: refill")
 }
 
-// sparesRound fills the idle items to MinIdle, and reports false when a
-// creation failed.
 func (p *Pool[T]) sparesRound() bool {
 	return p.fill(idleItems, p.opts.MinIdle, "spares")
 }
 
-// seedRound runs one round of background seeding: up to seedParallelism
-// fills at once, toward MinSize items. It reports false when a creation
-// failed.
+// seedRound runs up to seedParallelism fills at once toward MinSize items,
+// and reports false when a creation failed.
 func (p *Pool[T]) seedRound() bool {
 	var failed atomic.Bool
 	var wg sync.WaitGroup
@@ -460,8 +425,6 @@ func (p *Pool[T]) seedRound() bool {
 	return !failed.Load()
 }
 
-// backoffLimit is how far the filler backs off after failures:
-// UpkeepInterval, or maxSeedBackoff without the upkeep.
 func (p *Pool[T]) backoffLimit() time.Duration {
 	if p.opts.UpkeepInterval > 0 {
 		return p.opts.UpkeepInterval
@@ -469,6 +432,5 @@ func (p *Pool[T]) backoffLimit() time.Duration {
 	return maxSeedBackoff
 }
 
-// maxSeedBackoff bounds the filler's backoff without the upkeep; with it,
-// UpkeepInterval does.
+// maxSeedBackoff bounds the filler's backoff without the upkeep.
 const maxSeedBackoff = 30 * time.Second

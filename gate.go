@@ -7,92 +7,71 @@ import (
 )
 
 // gate is the capacity gate: a weighted semaphore of size MaxSize with a
-// FIFO queue of waiters and direct hand-off, sharing one mutex with the idle
-// queue. The per-processor slots of the idle ring sit in front of it (see
-// ring.go): a lease or release that hits its slot never reaches the gate.
+// FIFO queue of waiters and direct hand-off. The per-processor slots of the
+// idle ring (ring.go) sit in front of it.
 //
-// A permit is the right to hold one item outside the idle queue: a leased
-// item, one being created or destroyed, or one parked in a slot. Items in
-// the idle queue hold none. A lease takes its permit before it touches the
-// idle queue, in the same critical section, and creates an item only when
-// none is idle; so held + idle never exceeds size, and that sum bounds the
-// items in existence.
+// A permit is the right to hold one item outside the idle queue: leased,
+// being created or destroyed, or parked in a slot. A lease takes its permit
+// in the same critical section as it looks at the idle queue and creates an
+// item only when none is idle, so held + idle <= size bounds the items.
 //
-// One mutex over count, waiters and idle items: a release must decide
-// "oldest waiter, or idle queue?" and act on it atomically, or a waiter can
-// wake to nothing and a lease can overtake the queue (docs/DESIGN.md, "Why
-// one mutex").
+// One mutex guards count, waiters and idle items, so a release decides
+// "oldest waiter, or idle queue?" atomically (docs/DESIGN.md, "Why one
+// mutex"). While waiters queue no permit is free: a release hands its item,
+// or its bare permit, straight to the oldest waiter, so no waiter wakes to
+// nothing and no lease overtakes the queue.
 //
-// Hand-off: when waiters are queued no permit is ever free; a release gives
-// its item (or, for an item it destroyed, the bare permit: the right to
-// create a fresh one) straight to the oldest waiter, keeping the permit
-// held. So a woken waiter never wakes to nothing, and nobody can take a
-// permit past the queue.
-//
-// The gate's critical sections, and the wake-ups that follow them, run with
-// the goroutine kept on its processor (preemptOff, through lock and
-// unlock), as the runtime's own channel locks do: a goroutine preempted
-// there holds up every lease behind it (docs/DESIGN.md, "Not preempted
-// while holding the lock"). Nothing done there may block: acquire calls
-// the ctx's Err and sync.Pool preemptible.
+// Critical sections and the wake-ups after them run unpreemptible (lock,
+// unlock; docs/DESIGN.md, "Not preempted while holding the lock"), so
+// nothing there may block.
 type gate[T any] struct {
-	slots slots[T] // the idle ring's per-processor slots: see ring.go
+	slots slots[T]
 
 	mu        sync.Mutex
 	size      int // MaxSize; changed by resize
 	maxQueued int // MaxQueuedLeases; 0: no limit
 	held      int // permits held, including those of entries parked in slots
 	closed    bool
-	// shrinking: resize made size smaller than the items alive (held but
-	// dying, plus idle), and the items that come back are destroyed and
-	// the permits that come back retire until they fit (see resize).
+	// shrinking: more items alive than size after a resize; returning
+	// items are destroyed and freed permits retire until they fit.
 	shrinking bool
-	// dying counts the permits held by items on their way to their
-	// Destroy (toDestroy, destroyed): they count against size, as every
-	// item does until its Destroy returns, but a shrink need not shed them
-	// again. Stats.Destroying.
+	// dying: permits of items on their way to Destroy. They count against
+	// size until Destroy returns, but a shrink need not shed them again.
 	dying int
 	idle  idleQueue[T]
-	// fastLeases counts the leases that acquire completed: here, under
-	// the lock already held, rather than on a cache line of their own
-	// (docs/DESIGN.md, "Stats without a second truth").
+	// fastLeases counts leases acquire completed, under the lock already
+	// held (docs/DESIGN.md, "Stats without a second truth").
 	fastLeases uint64
 	waiters    waitQueue[T]
 	drained    chan struct{} // made by the first Shutdown; closed when closed and held == 0
-	spare      sync.Pool     // of *waiter[T], for reuse
-	// woken lists the waiters granted under the lock, linked by wakeNext,
-	// for unlock to wake once the lock is released.
+	spare      sync.Pool     // of *waiter[T]
+	// woken: waiters granted under the lock, linked by wakeNext, for
+	// unlock to wake after releasing it.
 	woken *waiter[T]
-	// takenOut counts the batches of idle entries that clear, resize and
-	// takeWhere took out to destroy, until their taker has handed them
-	// to their Destroy: added to under mu, before close, which leaves no
-	// idle entry to take, so Close's Wait sees every batch.
+	// takenOut counts batches of idle entries taken out to destroy until
+	// handed to Destroy. Added to under mu before close, which leaves
+	// nothing to take, so Close's Wait sees every batch.
 	takenOut sync.WaitGroup
 }
 
-// waiter is one lease queued for a permit. Waiters are recycled through
-// spare, so a contended lease allocates nothing once warm.
+// waiter is one lease queued for a permit, recycled through gate.spare.
 type waiter[T any] struct {
-	// ready receives exactly one token per grant, sent by gate.unlock
-	// right after the lock that granted it is released.
+	// ready receives exactly one token per grant, sent by gate.unlock.
 	ready chan struct{}
-	// The grant, written under gate.mu before the token is sent: the handed
-	// item, or nil for the bare permit; or err (ErrClosed) and no permit.
+	// The grant, written under gate.mu before the token is sent: the item,
+	// or nil for a bare permit; or err (ErrClosed) and no permit.
 	e       *entry[T]
 	err     error
 	granted bool
 
 	prev, next *waiter[T]
-	wakeNext   *waiter[T]  // in gate.woken, between the grant and the wake-up
-	timer      *time.Timer // LeaseTimeout; made on first use, kept with the waiter
+	wakeNext   *waiter[T]  // in gate.woken
+	timer      *time.Timer // LeaseTimeout; made on first use
 }
 
-// waitQueue is an intrusive FIFO list of waiters. Guarded by gate.mu.
-//
-// The waiters queued again (pushAhead) form a run at its head, in the
-// order they came back: ahead is the last of that run, nil when there is
-// none. pushBack adds at the tail, pushAhead at the end of the run, and
-// remove keeps the run unbroken at the head.
+// waitQueue is an intrusive FIFO list of waiters, guarded by gate.mu.
+// Waiters queued again (pushAhead) form a run at the head, in the order
+// they came back; ahead is the run's last, or nil.
 type waitQueue[T any] struct {
 	head, tail *waiter[T]
 	ahead      *waiter[T]
@@ -110,8 +89,7 @@ func (q *waitQueue[T]) pushBack(w *waiter[T]) {
 	q.n++
 }
 
-// pushAhead queues w ahead of every waiter but those queued ahead before
-// it: at the end of the run at the head.
+// pushAhead queues w at the end of the run at the head.
 func (q *waitQueue[T]) pushAhead(w *waiter[T]) {
 	w.prev = q.ahead
 	if w.prev == nil {
@@ -146,9 +124,9 @@ func (q *waitQueue[T]) remove(w *waiter[T]) {
 	q.n--
 }
 
-// grantOldest removes the oldest waiter and grants it e (nil: the bare
-// permit) or err. It reports false when no one waits. Caller holds g.mu and
-// must release it with unlock, which wakes the waiter.
+// grantOldest grants the oldest waiter e (nil: the bare permit) or err,
+// reporting false when no one waits. Caller holds g.mu and releases it
+// with unlock, which wakes the waiter.
 func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 	w := g.waiters.head
 	if w == nil {
@@ -161,21 +139,15 @@ func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 	return true
 }
 
-// lock takes g.mu, and keeps the goroutine on its processor until unlock:
-// see docs/DESIGN.md, "Not preempted while holding the lock".
 func (g *gate[T]) lock() {
 	g.mu.Lock()
 	preemptOff()
 }
 
-// unlock releases g.mu, then wakes the waiters granted under it. Waking a
-// goroutine makes it runnable, which takes the scheduler's locks; outside
-// the critical section, that no longer holds up the other processor's
-// leases and releases. The goroutine stays unpreemptible until the last
-// wake-up is sent: preempted in between, it would keep a granted waiter
-// asleep, holding its item, for as long as it sat in the run queue. A
-// waiter that gives up between its grant and its wake-up sees granted set
-// and waits for the token (see leave).
+// unlock releases g.mu, then wakes the waiters granted under it: waking
+// takes the scheduler's locks, which must not hold up other processors'
+// leases. It stays unpreemptible until the last wake-up, or a granted
+// waiter could sleep on its item while we sit in the run queue.
 func (g *gate[T]) unlock() {
 	w := g.woken
 	g.woken = nil
@@ -204,33 +176,25 @@ const (
 	refusedQueueFull                  // maxQueued leases wait already
 )
 
-// refused reports whether a is a refusal: the lease fails.
 func (a admission) refused() bool { return a > queued }
 
-// waitChoice says whether a lease that finds no permit free waits for one,
-// and where.
+// waitChoice says whether, and where, a lease finding no permit free waits.
 type waitChoice uint8
 
 const (
 	mayWait waitChoice = iota // Lease, Do: at the tail, within MaxQueuedLeases
 	noWait                    // TryLease: not at all
-	// waitAgain: a Lease whose idle item failed its judgement. Holding a
-	// permit, it came before every lease that waits now (nobody takes a
-	// permit past the queue), so it queues ahead of them, behind those
-	// that queued again before it, and MaxQueuedLeases does not refuse it.
+	// waitAgain: a Lease whose idle item failed its judgement. It held a
+	// permit before every current waiter, so it queues ahead of them
+	// (behind earlier waitAgain leases), whatever MaxQueuedLeases.
 	waitAgain
 )
 
-// acquire takes a permit and the newest idle entry (admitted), or a bare
-// permit when none is idle (admitBare), without waiting; completes says
-// that an idle entry completes the lease, which acquire then counts in
-// fastLeases. When no permit is free, or others already wait (the queue is
-// FIFO: a newcomer never overtakes it), it queues the caller in the same
-// critical section and returns its waiter, for await (queued); unless the
-// caller would not wait, when the lease is refused, or maxQueued leases
-// wait already (refusedQueueFull), or its ctx has ended (refusedCanceled).
-// A lease that waits again queues ahead (pushAhead), whatever maxQueued.
-// A closed gate refuses every lease.
+// acquire takes a permit with the newest idle entry, or a bare permit when
+// none is idle, without waiting. Otherwise (or when others wait: a newcomer
+// never overtakes the queue) it queues the caller in the same critical
+// section and returns its waiter for await, unless the lease is refused.
+// completes: an idle entry completes the lease, counted in fastLeases.
 func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) (e *entry[T], w *waiter[T], a admission) {
 	g.lock()
 	if g.closed {
@@ -261,9 +225,8 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 		g.unlock()
 		return nil, nil, refusedQueueFull
 	}
-	// A Context's Err may take a lock, and so may sync.Pool's first Get
-	// after a collection: calls that may block, which an unpreemptible
-	// goroutine must not make. Still under g.mu, they run preemptible.
+	// ctx.Err and sync.Pool.Get may take locks: call them preemptible,
+	// still under g.mu.
 	preemptOn()
 	if ctx.Err() != nil {
 		g.mu.Unlock()
@@ -281,8 +244,7 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 	return nil, w, queued
 }
 
-// newWaiter returns a recycled waiter, or a new one. Caller holds g.mu,
-// preemptible.
+// newWaiter: caller holds g.mu, preemptible.
 func (g *gate[T]) newWaiter() *waiter[T] {
 	w, _ := g.spare.Get().(*waiter[T])
 	if w == nil {
@@ -291,10 +253,9 @@ func (g *gate[T]) newWaiter() *waiter[T] {
 	return w
 }
 
-// acquireLocked takes a permit with an idle entry, when nobody queues: the
-// newest in the idle queue, else one parked in any slot (which brings its
-// permit). With none idle it takes a bare permit, if one is free, and
-// returns a nil entry: the caller creates the item. Caller holds g.mu.
+// acquireLocked, when nobody queues, takes a permit with the newest idle
+// entry, else a parked one (which brings its permit), else a bare permit
+// with a nil entry for the caller to create. Caller holds g.mu.
 func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	if g.waiters.n > 0 {
 		return nil, false
@@ -313,17 +274,12 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	return nil, false
 }
 
-// setBypass turns the slots' bypass flag on when leases queue, the gate is
-// closed or a shrink has not finished, and reports whether it came on: then
-// the caller must steal every parked entry (see ring.go, bypass). Called
-// under g.mu after every change to closed, to the waiters' count or, while
-// shrinking, to the permits held.
-//
-// It never turns bypass off: bypassOff does, once an item goes idle, or
-// its permit comes free, with nobody waiting, so that the leases still on
-// their way into the queue (blocked on g.mu) are not overtaken by the fast
-// path (docs/DESIGN.md, "The bypass protocol"). Bypass on longer than
-// needed costs speed only.
+// setBypass turns the slots' bypass on when needed and reports whether it
+// came on; then the caller must steal every parked entry. Called under g.mu
+// after every change to closed, to the waiters or, while shrinking, to held.
+// Only bypassOff turns it off, once nobody waits, so leases still blocked
+// on g.mu on their way into the queue are not overtaken by the fast path
+// (docs/DESIGN.md, "The bypass protocol").
 func (g *gate[T]) setBypass() (cameOn bool) {
 	g.shrinking = g.alive() > g.size
 	if !g.bypassNeeded() || g.slots.bypass.Load() {
@@ -333,39 +289,29 @@ func (g *gate[T]) setBypass() (cameOn bool) {
 	return true
 }
 
-// alive returns the items in existence but those on their way to their
-// Destroy. Caller holds g.mu.
+// alive counts the items in existence but the dying. Caller holds g.mu.
 func (g *gate[T]) alive() int { return g.held - g.dying + g.idle.len() }
 
-// bypassNeeded reports whether the slots must be bypassed now. Caller holds
-// g.mu.
 func (g *gate[T]) bypassNeeded() bool {
 	return g.closed || g.waiters.n > 0 || g.shrinking
 }
 
-// bypassOff turns the slots' bypass flag off when nothing needs it: called
-// when an item went idle, or its permit came free, with nobody waiting, so
-// the demand that queued leases has passed. Caller holds g.mu.
+// bypassOff: called when an item went idle or its permit came free with
+// nobody waiting. Caller holds g.mu.
 func (g *gate[T]) bypassOff() {
 	if g.slots.bypass.Load() && !g.bypassNeeded() {
 		g.slots.bypass.Store(false)
 	}
 }
 
-// await waits, for w that acquire queued, until a permit is granted, ctx
-// ends, timeout (if positive) elapses, or the gate closes. On success the
-// caller holds a permit and, when e is not nil, the item that came with it.
-// waited says for how long it waited, whatever the outcome, as Stats.Waits
-// and WaitTime count it; expired, that the timeout, not ctx, ended the
-// wait. On error e is nil but in one case (see giveUp): an item
-// granted as the caller gave up, on a gate that closed meanwhile; the
-// caller holds its permit and must destroy it.
+// await waits for a grant to w, the end of ctx or timeout (if positive), or
+// the gate's closing. On success the caller holds a permit and e, if not
+// nil. waited is the wait as Stats.Waits and WaitTime count it; expired,
+// that the timeout ended it. On error e is nil except as giveUp says.
 //
-// Giving up wins over a grant that arrives at the same instant: a waiter
-// that finds its grant and its ended ctx (or elapsed timeout) both ready
-// passes the grant on and returns the error, whichever case the select
-// chose, as x/sync/semaphore does since go.dev/issue/63615. A caller whose
-// ctx has ended must not walk away with an item.
+// Giving up wins over a simultaneous grant, whichever case the select
+// chose: the grant is passed on, as x/sync/semaphore does since
+// go.dev/issue/63615. A caller whose ctx ended must not walk away with an item.
 func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration) (e *entry[T], waited time.Duration, expired bool, err error) {
 	start := monotime() // outside the lock: this clock is slow on some VMs
 	timerC := w.arm(timeout)
@@ -394,8 +340,7 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 	return e, waited, expired, err
 }
 
-// arm sets w's timer to fire after timeout, when it is positive, and
-// returns its channel; nil, when there is no timeout.
+// arm returns the channel of w's timer set to timeout, or nil for none.
 func (w *waiter[T]) arm(timeout time.Duration) <-chan time.Time {
 	if timeout <= 0 {
 		return nil
@@ -408,27 +353,22 @@ func (w *waiter[T]) arm(timeout time.Duration) <-chan time.Time {
 	return w.timer.C
 }
 
-// disarm stops w's timer after a wait. The timer fired and nobody received
-// its tick when Stop fails and the wait did not expire. With Go 1.23's
-// synchronous timer channels no stale tick survives Stop, but under
-// GODEBUG=asynctimerchan=1 it would wait in the channel and end the next
-// wait on this waiter at once: disarm drops that timer for a new one.
+// disarm stops w's timer. If it fired unreceived, under
+// GODEBUG=asynctimerchan=1 a stale tick would end the next wait at once,
+// so the timer is dropped for a new one.
 func (w *waiter[T]) disarm(expired bool) {
 	if w.timer != nil && !w.timer.Stop() && !expired {
 		w.timer = nil
 	}
 }
 
-// wait blocks until w is granted, ctx ends or timerC fires, and says
-// which: granted, or the error of giving up (ctx.Err(), or ErrLeaseTimeout
-// with expired). When the grant and a way of giving up are ready at once,
-// it reports both, and the caller gives up.
+// wait blocks until w is granted, ctx ends or timerC fires. When a grant
+// and a way of giving up are ready at once it reports both, and the caller
+// gives up.
 func (w *waiter[T]) wait(ctx context.Context, timerC <-chan time.Time) (granted, expired bool, err error) {
 	done := ctx.Done()
 	if done == nil && timerC == nil {
-		// Only a grant (or Close) ends this wait: a plain receive costs
-		// less than a select.
-		<-w.ready
+		<-w.ready // cheaper than a select
 		return true, false, nil
 	}
 	select {
@@ -448,23 +388,18 @@ func (w *waiter[T]) wait(ctx context.Context, timerC <-chan time.Time) (granted,
 	}
 }
 
-// testHooks, set by tests only, run in await: beforeWait after the timer
-// is armed and before the wait, afterWait right after it. A test uses them
-// to make a grant and a cancellation ready at the same instant, or to let
-// the timer fire just after a grant. slotRead runs in idleEntries right
-// after it read slot i, under the lock and unpreemptible: it must not
-// block. A test uses it to move items between slots mid-copy.
+// testHooks are set by tests only. beforeWait and afterWait run in await
+// around the wait. slotRead runs in idleEntries after reading slot i,
+// under the lock and unpreemptible: it must not block.
 var testHooks struct {
 	beforeWait, afterWait func()
 	slotRead              func(i int)
 }
 
-// leave takes a waiter that gave up (canceled or timed out) out of the
-// queue, and reports whether a grant raced with the giving up. A grant
-// happened before leave took the lock if and only if granted is set;
-// otherwise removing the waiter under the lock makes every later grant
-// skip it. When it reports true the grant is w's, token received, for the
-// caller to give up with giveUp.
+// leave dequeues a waiter that gave up and reports whether a grant raced
+// with it. A grant came first iff granted is set under the lock; otherwise
+// removal under the lock makes every later grant skip w. On true, the
+// token is received and the caller must giveUp.
 func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
 	g.lock()
 	if !w.granted {
@@ -478,12 +413,10 @@ func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
 	return true
 }
 
-// giveUp ends the wait of w, granted as it gave up with err (expired: by
-// the timeout). A granted permit, with or without an item, is passed on,
-// so it is never lost. When the grant was Close's ErrClosed, giveUp says
-// so instead of err. When the gate closed between the grant and the
-// passing on, the item cannot join the idle queue: giveUp returns it, with
-// its permit still held, for the caller to destroy.
+// giveUp passes on a grant that came as w gave up with err, so no permit
+// is lost, or reports ErrClosed if the grant was Close's. If the gate
+// closed meanwhile, it returns the item, permit still held, for the caller
+// to destroy.
 func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry[T], _ error, _ bool) {
 	if w.err != nil {
 		return nil, ErrClosed, false // Close woke us at this instant: say so
@@ -496,29 +429,24 @@ func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry
 	return nil, err, expired
 }
 
-// enqueueLocked queues w. When w is the first waiter, the slots' bypass
-// comes on and every parked entry goes to the waiters, w first: w may be
-// granted at once. Caller holds g.mu.
+// enqueueLocked queues w. Caller holds g.mu.
 func (g *gate[T]) enqueueLocked(w *waiter[T]) {
 	g.waiters.pushBack(w)
 	g.queuedLocked()
 }
 
-// queuedLocked follows a waiter's queuing: when it is the first, the
-// bypass comes on and the parked entries go to the waiters. Caller holds
-// g.mu.
+// queuedLocked: when the first waiter queues, bypass comes on and parked
+// entries go to the waiters, which may grant the new one at once.
 func (g *gate[T]) queuedLocked() {
 	if g.setBypass() {
 		g.unparkLocked()
 	}
 }
 
-// giveBack gives back an idle-ready item e and the permit the caller holds
-// for it: to the oldest waiter, if any, with the permit (handed); else e
-// joins the idle queue and the permit comes free. It reports accepted
-// false, doing nothing, when the gate is closed, or holds more items than
-// its size after a shrink: the caller must destroy e and then free its
-// permit.
+// giveBack gives e and its permit to the oldest waiter (handed), else e
+// goes idle and the permit comes free. accepted is false, with nothing
+// done, when the gate is closed or shrinking: the caller destroys e and
+// then frees its permit.
 func (g *gate[T]) giveBack(e *entry[T]) (accepted, handed bool) {
 	g.lock()
 	if g.closed || g.shrinking {
@@ -530,10 +458,8 @@ func (g *gate[T]) giveBack(e *entry[T]) (accepted, handed bool) {
 	return true, handed
 }
 
-// giveBackLocked is giveBack without the refusal: for an open gate, and
-// for the gate's own moves of a parked entry, which holds a permit, to a
-// waiter or into the idle queue (a steal, an unpark, a resize). It reports
-// whether a waiter got e. Caller holds g.mu.
+// giveBackLocked is giveBack without the refusal, also for the gate's own
+// moves of parked entries. Caller holds g.mu.
 func (g *gate[T]) giveBackLocked(e *entry[T]) (handed bool) {
 	if g.grantOldest(e, nil) {
 		return true
@@ -543,18 +469,16 @@ func (g *gate[T]) giveBackLocked(e *entry[T]) (handed bool) {
 	return false
 }
 
-// free frees a permit the caller holds with no item (the item was
-// destroyed or detached, or its creation failed): to the oldest waiter, if
-// any, as the right to create a fresh item; else it comes free.
+// free frees a permit held with no item: to the oldest waiter, as the
+// right to create one, or it comes free.
 func (g *gate[T]) free() {
 	g.lock()
 	g.freeLocked()
 	g.unlock()
 }
 
-// freeLocked is free. Caller holds g.mu. While the items in existence
-// exceed size (a shrink, or items dying past it), the permit retires
-// instead of going to a waiter: the item it stood for was one too many.
+// freeLocked: while items exceed size, the permit retires instead of going
+// to a waiter; its item was one too many.
 func (g *gate[T]) freeLocked() {
 	if g.held+g.idle.len() <= g.size && g.grantOldest(nil, nil) {
 		return
@@ -562,8 +486,7 @@ func (g *gate[T]) freeLocked() {
 	g.dropPermitLocked()
 }
 
-// toDestroy counts a permit the caller holds as one of an item on its way
-// to its Destroy: see dying.
+// toDestroy counts a held permit as dying.
 func (g *gate[T]) toDestroy() {
 	g.lock()
 	g.dying++
@@ -574,8 +497,8 @@ func (g *gate[T]) toDestroy() {
 	g.unlock()
 }
 
-// destroyed frees the permit of an item whose Destroy has ended (returned,
-// or past DestroyTimeout), as free does.
+// destroyed frees the permit of an item whose Destroy returned or passed
+// DestroyTimeout.
 func (g *gate[T]) destroyed() {
 	g.lock()
 	g.dying--
@@ -583,8 +506,7 @@ func (g *gate[T]) destroyed() {
 	g.unlock()
 }
 
-// dropPermitLocked counts one permit fewer held, after giveBackLocked or
-// freeLocked found no waiter to hand it to. Caller holds g.mu.
+// dropPermitLocked: a permit found no waiter. Caller holds g.mu.
 func (g *gate[T]) dropPermitLocked() {
 	g.held--
 	if g.shrinking {
@@ -605,12 +527,10 @@ const (
 	allItems                   // the items in existence but those dying: the upkeep's floor
 )
 
-// tryAcquireFill takes a bare permit without waiting, for the caller to
-// create an item, while fewer than n items of the kind count says exist,
-// a permit is free, and no lease waits: waiting leases
-// create items of their own, and must not find their permits taken. The
-// permit is for creating an item, not for taking an idle one, so it must
-// leave permits for the queued idle items too: held + idle stays within size.
+// tryAcquireFill takes a bare permit to create an item while fewer than n
+// items of kind count exist, a permit is free, and no lease waits (waiting
+// leases create their own). It leaves permits for the idle items too:
+// held + idle stays within size.
 func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	g.lock()
 	defer g.unlock()
@@ -625,17 +545,16 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	return true
 }
 
-// unparkLocked moves every parked entry into the idle queue (or to a
-// waiter), so that a sweep or the upkeep can see it. Caller holds g.mu.
+// unparkLocked moves every parked entry to a waiter or the idle queue,
+// where sweeps see it. Caller holds g.mu.
 func (g *gate[T]) unparkLocked() {
 	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
 		g.giveBackLocked(e)
 	}
 }
 
-// takeIdle removes and returns the newest idle entry, or a parked one, for a
-// caller that holds a permit; or nil when none is idle. A parked entry
-// brings a permit of its own, which takeIdle frees (or hands on).
+// takeIdle returns the newest idle or a parked entry, or nil, for a caller
+// holding a permit. A parked entry's own permit is freed.
 func (g *gate[T]) takeIdle() *entry[T] {
 	g.lock()
 	defer g.unlock()
