@@ -18,30 +18,18 @@ import (
 //
 // The invariant: while an item is leased only its Lease handles reach its
 // entry (lease.go), so a dropped lease leaves the entry unreachable. Each
-// entry gets one runtime.AddCleanup at creation, nothing per lease; the
-// cleanup runs once the garbage collector finds the entry unreachable,
-// which happens in three cases:
+// entry gets one runtime.AddCleanup at creation, nothing per lease.
+// Destroy and Detach stop it; otherwise it runs for a leaked lease (report
+// it) or for an idle entry of a pool dropped without Close (not a leak).
+// Its argument, a leakArg, reaches neither the entry (a root would keep it
+// alive) nor the pool (which reaches its idle entries): only the pool's
+// leakSink, which holds the pool weakly, and the entry's leaseRecord.
 //
-//  1. A leaked lease: report it.
-//  2. The item was destroyed or detached: destroy and detach stop the
-//     cleanup first, so it never runs.
-//  3. The pool itself was dropped without Close, and with it the idle ring
-//     and the idle entries in it: not a leak, report nothing.
-//
-// The cleanup's argument, a leakArg, must reach neither the entry (the
-// runtime keeps the argument alive as a root, so the entry would never
-// become unreachable) nor the pool (which reaches its idle entries). It
-// reaches the pool's leakSink, which refers to the pool only through a
-// weak pointer, and the entry's leaseRecord, which refers to neither.
-//
-// Telling 1 from 3: an idle entry is reachable from its pool, so it dies
-// with its pool, in the same cycle or later, never earlier. The runtime
-// clears a weak pointer when it sweeps the dead object's span, and
-// weak.Pointer.Value sweeps that span first if it has not been swept yet:
-// so a cleanup that runs for an entry that died with its pool always sees
-// the weak pointer nil. When Value returns the pool, the pool is alive and
-// the entry was not idle in it: a leaked lease. (A lease leaked from a pool
-// that was itself dropped is not reported: nobody can use that pool.)
+// Telling the two apart: an idle entry dies with its pool or later, and
+// weak.Pointer.Value sweeps a dead object's span before it answers, so the
+// cleanup of an entry that died with its pool sees the pool's weak pointer
+// nil. When Value returns the pool, the entry was not idle: a leak. (A
+// lease leaked from a pool itself dropped is not reported.)
 
 // LeakReport describes a lease that may have leaked: one held past
 // Options.LeakThreshold (Held), or one that became unreachable without
