@@ -374,6 +374,7 @@ func TestOutstandingSparesItemsWaitingForDestroy(t *testing.T) {
 				require.Equal(t, idle, p.Stats().ItemsAvailable)
 				destroying.Store(true)
 				stop := make(chan struct{})
+				var heldLong atomic.Uint64
 				var wg sync.WaitGroup
 				wg.Go(func() { // one lease at a time, as a light load does
 					for {
@@ -382,6 +383,7 @@ func TestOutstandingSparesItemsWaitingForDestroy(t *testing.T) {
 							return
 						default:
 						}
+						from := time.Now()
 						l, err := p.TryLease(context.Background())
 						if err != nil {
 							time.Sleep(short)
@@ -389,6 +391,9 @@ func TestOutstandingSparesItemsWaitingForDestroy(t *testing.T) {
 						}
 						time.Sleep(short)
 						l.Release()
+						if time.Since(from) >= opts.LeakThreshold {
+							heldLong.Add(1) // a stall of this goroutine: a long lease indeed
+						}
 					}
 				})
 				done := make(chan struct{})
@@ -407,7 +412,9 @@ func TestOutstandingSparesItemsWaitingForDestroy(t *testing.T) {
 					leases = 2
 				}
 				assert.LessOrEqual(t, most, leases, "Outstanding listed items waiting for their Destroy as leases")
-				assert.Zero(t, p.Stats().LongLeases, "an item waiting for its Destroy was reported as a long lease")
+				// Only the load's leases that a stalled host held past
+				// LeakThreshold may be reported.
+				assert.LessOrEqual(t, p.Stats().LongLeases, heldLong.Load(), "an item waiting for its Destroy was reported as a long lease")
 			})
 		}
 	}
@@ -714,4 +721,32 @@ func TestOutstandingWhenLeasesChangeHandsMidScan(t *testing.T) {
 		t.Logf("LeakThreshold %v, TrackLeaseSites %v: arranged %d in 50", opts.LeakThreshold, opts.TrackLeaseSites, arranged)
 		assert.Positive(t, arranged)
 	}
+}
+
+// hdPanicTracer's LeaseEnd panics while armed: the lease it reports is
+// released by the pool and never recorded.
+type hdPanicTracer struct{ armed atomic.Bool }
+
+func (tr *hdPanicTracer) LeaseStart(ctx context.Context, _ string) context.Context { return ctx }
+func (tr *hdPanicTracer) LeaseEnd(context.Context, LeaseTrace) {
+	if tr.armed.CompareAndSwap(true, false) {
+		panic("LeaseEnd")
+	}
+}
+func (tr *hdPanicTracer) Released(context.Context, ReleaseTrace) {}
+
+// TestOutstandingAfterALeaseThatDidNotRecord: a lease whose Tracer's
+// LeaseEnd panicked ends without recording its start; the item, idle again,
+// is not listed, though its record is two leases old (Outstanding's doc:
+// idle items are not leases).
+func TestOutstandingAfterALeaseThatDidNotRecord(t *testing.T) {
+	tr := &hdPanicTracer{}
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 1, LeakThreshold: time.Hour, Tracer: tr})
+	mustLease(t, p).Release() // recorded
+	tr.armed.Store(true)
+	assert.PanicsWithValue(t, "LeaseEnd", func() { _, _ = p.Lease(context.Background()) })
+	assert.Empty(t, p.Outstanding(), "an idle item listed")
+	l := mustLease(t, p)
+	assert.Len(t, p.Outstanding(), 1)
+	l.Release()
 }

@@ -124,7 +124,7 @@ func (s *leakSink) report(rec *leaseRecord) {
 	r := LeakReport{Pool: s.name}
 	if rec != nil {
 		if w := rec.start.Load(); w != 0 {
-			r.Age = time.Duration(max(s.now()-w>>1, 0))
+			r.Age = time.Duration(max(s.now()-(w>>8)*1000, 0))
 		}
 		rec.mu.RLock() // nobody writes it any more: the entry is unreachable
 		r.Stack = formatStack(rec.pcs[:rec.n])
@@ -145,10 +145,12 @@ const leakStackDepth = 32
 
 // leaseRecord is what an entry's latest lease recorded of itself.
 type leaseRecord struct {
-	// start is the pool's clock at the lease, shifted left one bit, with
-	// the lease's tag (leaseTag) in the low bit. Two leases in a row have
-	// different tags, so a reader that sees gen unchanged around its load
-	// knows whether the record is that lease's or the one before.
+	// start is the pool's clock at the lease, in microseconds rounded up,
+	// shifted left eight bits, with the lease's tag (leaseTag) in the low
+	// eight. Two leases in a row have different tags, and so do the last
+	// recorded lease and a later one unless 255 leases between them did not
+	// record (a Tracer's LeaseEnd that panicked): a reader that sees gen
+	// unchanged around its load knows whether the record is that lease's.
 	start atomic.Int64
 	// reported is the generation plus one of the lease reported as held
 	// past LeakThreshold, while its end has not been logged (watcher.go).
@@ -163,15 +165,22 @@ type leaseRecord struct {
 	pcs   [leakStackDepth]uintptr
 }
 
-// leaseTag is the low bit of leaseRecord.start for the lease of generation
-// gen: 1 for the first lease, so a record never written reads as none.
-func leaseTag(gen uint64) int64 { return int64(gen+1) & 1 }
+// leaseTag is the low byte of leaseRecord.start for the lease of
+// generation gen: 1 for the first lease, so a record never written reads
+// as none.
+func leaseTag(gen uint64) int64 { return int64(gen+1) & 0xff }
+
+// startWord is leaseRecord.start for the lease of generation gen begun at
+// now; rounding up keeps an age read from it from ever exceeding the truth.
+func startWord(now int64, gen uint64) int64 {
+	return (now+999)/1000<<8 | leaseTag(gen)
+}
 
 // startOf returns when the lease of generation gen began, when the record
 // is that lease's. The caller checks that gen did not move around the load.
 func (r *leaseRecord) startOf(gen uint64) (at int64, ok bool) {
 	w := r.start.Load()
-	return w >> 1, w&1 == leaseTag(gen)
+	return (w >> 8) * 1000, w&0xff == leaseTag(gen)
 }
 
 // leakSiteSkip makes runtime.Callers start at the caller of Lease,
@@ -184,7 +193,7 @@ const leakSiteSkip = 5
 // taken: the walk runs under the lock, straight into the record.
 func (p *Pool[T]) record(l Lease[T]) {
 	r := l.e.rec
-	r.start.Store(p.now()<<1 | leaseTag(l.gen))
+	r.start.Store(startWord(p.now(), l.gen))
 	if p.route.sited {
 		r.mu.Lock()
 		r.lease = l.gen + 1
