@@ -25,14 +25,22 @@ var (
 	// ErrLeaseTimeout is returned when Options.LeaseTimeout elapses while a
 	// lease waits for an item, wrapped with the pool's name, MaxSize, the time
 	// since the call, and how many leases were waiting and items being created
-	// and destroyed. It is not context.DeadlineExceeded: a wait ended by the
-	// caller's own deadline returns ctx.Err().
+	// and destroyed; when a creation failed since the call, it wraps that
+	// error too (the last one), which errors.Is and errors.As reach. It is
+	// not context.DeadlineExceeded: a wait ended by the caller's own deadline
+	// returns ctx.Err().
 	ErrLeaseTimeout = errors.New("pool: lease timeout")
 
 	// ErrExhausted is returned by TryLease when MaxSize items are in use (or
 	// other leases are already waiting for one), and by Lease when
 	// Options.MaxQueuedLeases leases are waiting already.
 	ErrExhausted = errors.New("pool: exhausted")
+
+	// ErrBackendDown is returned, wrapped with the pool's name and the last
+	// creation's error, by a lease that would have to create an item while
+	// the pool is down: Options.FailFastAfter creations in a row failed, and
+	// none has succeeded since.
+	ErrBackendDown = errors.New("pool: backend down")
 
 	// ErrPreparationTimeout is returned, wrapped, when IsReady and Prepare
 	// together take longer than Options.PreparationTimeout on a fresh item.

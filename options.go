@@ -65,6 +65,16 @@ type Options[T any] struct {
 	// leaves it as it is. At least 0. Default 0: no cap.
 	MaxQueuedLeases int
 
+	// MaxConcurrentCreates caps the factory calls under way at once, the
+	// background's (seeding, Clear's refill, MinIdle's spares, the upkeep's)
+	// and the leases' together, so that a cold start or a Clear after a
+	// failover dials at a bounded rate. A lease that would create past the
+	// cap waits in FIFO order with the others, within its ctx and
+	// LeaseTimeout, for an item released or created meanwhile, or for its
+	// turn to create; TryLease then fails with ErrExhausted. At least 0.
+	// Default 0: no cap but MaxSize.
+	MaxConcurrentCreates int
+
 	// LeaseTimeout bounds, from the Lease call, all of a lease's waits for an
 	// item (all MaxSize being in use) together with its checks of items that
 	// failed; it elapses as ErrLeaseTimeout. A check or creation under way
@@ -79,6 +89,19 @@ type Options[T any] struct {
 	// CreateTimeout bounds one Factory.Create call, also one that finishes
 	// in the background after its caller gave up. 0: until Close.
 	CreateTimeout time.Duration
+
+	// FailFastAfter: after this many failed creations in a row, the pool is
+	// down. While it is down, a lease that finds no idle item fails at once
+	// with an error wrapping ErrBackendDown and the last creation's error,
+	// instead of calling the factory; leases that find an idle item still get
+	// it. One creation in the background, and no other, probes the backend,
+	// with backoff (doubling, up to UpkeepInterval, or 30 s without the
+	// upkeep); its first success brings the pool up again, and its item goes
+	// to the oldest waiting lease, or idle. Stats.BackendDown and the metric
+	// pool.backend.down say whether the pool is down; Logger gets a Warn when
+	// it goes down and an Info when it comes back. At least 0. Default 0:
+	// never down, every lease that needs an item creates one.
+	FailFastAfter int
 
 	// IdleTimeout: an item idle longer than this is destroyed; without
 	// UpkeepInterval, by the first lease or release at least half an
@@ -95,6 +118,11 @@ type Options[T any] struct {
 	// [0, MaxLifetimeJitter), drawn at its creation, so that items created
 	// together do not all expire at once. Requires MaxLifetime. 0: none.
 	MaxLifetimeJitter time.Duration
+
+	// MaxUses: an item leased this many times is destroyed when its last
+	// lease ends (Release; its Destroy runs on the pool's own goroutine, as
+	// always), counted in Stats.UsesExpired. At least 0. Default 0: no limit.
+	MaxUses int
 
 	// Preparer checks and restores items on lease. nil: every item is ready.
 	// A CheckFunc is a Preparer that only checks.
@@ -282,8 +310,19 @@ func (o Options[T]) checkCounts() error {
 	if o.MinIdle < 0 || o.MinIdle > o.MaxSize {
 		return fmt.Errorf("%w: MinIdle is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinIdle, o.MaxSize)
 	}
-	if o.MaxQueuedLeases < 0 {
-		return fmt.Errorf("%w: MaxQueuedLeases is %d, must not be negative (0 means no limit)", ErrInvalidOptions, o.MaxQueuedLeases)
+	for _, f := range []struct {
+		name string
+		n    int
+		zero string
+	}{
+		{"MaxQueuedLeases", o.MaxQueuedLeases, "no limit"},
+		{"MaxConcurrentCreates", o.MaxConcurrentCreates, "no limit"},
+		{"FailFastAfter", o.FailFastAfter, "never down"},
+		{"MaxUses", o.MaxUses, "no limit"},
+	} {
+		if f.n < 0 {
+			return fmt.Errorf("%w: %s is %d, must not be negative (0 means %s)", ErrInvalidOptions, f.name, f.n, f.zero)
+		}
 	}
 	return nil
 }

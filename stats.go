@@ -26,7 +26,8 @@ type Stats struct {
 	// may count here, not in ItemsAvailable; their sum is exact.
 	ActiveLeases int
 	// QueuedLeases is the leases waiting now; it is above 0 only when
-	// ItemsAllocated has reached MaxSize.
+	// ItemsAllocated has reached MaxSize or MaxConcurrentCreates items are
+	// being created.
 	QueuedLeases int
 	// Destroying is the items whose Destroy the pool awaits now (at most
 	// DestroyTimeout each); they count in ActiveLeases and ItemsAllocated.
@@ -56,6 +57,8 @@ type Stats struct {
 	// IdleTimeout and MaxLifetime; PrepareFailed, items destroyed because
 	// IsReady or Prepare failed or timed out.
 	IdleExpired, LifetimeExpired, PrepareFailed uint64
+	// UsesExpired counts items destroyed after Options.MaxUses leases.
+	UsesExpired uint64
 	// DestroyErrors counts Destroy calls that returned an error, panicked
 	// or outlasted DestroyTimeout. Each such item still counts as destroyed.
 	DestroyErrors uint64
@@ -63,6 +66,10 @@ type Stats struct {
 	// or runtime.Goexit), whoever made them: a lease, New, the upkeep, Clear's
 	// refill, the seeding.
 	CreateErrors uint64
+	// BackendDown: Options.FailFastAfter creations in a row failed and none
+	// has succeeded since, so leases that would create fail with
+	// ErrBackendDown while one background creation probes the backend.
+	BackendDown bool
 
 	// Leaked counts the leases the garbage collector found dropped without
 	// Release, Discard or Detach. Their items stay in use for good, in
