@@ -194,12 +194,12 @@ func (g *gate[T]) maxSize() int {
 	return g.size
 }
 
-// queueAndSize returns the waiters queued now, the gate's size and the
-// items dying.
-func (g *gate[T]) queueAndSize() (queued, size, dying int) {
+// queueAndSize returns the waiters queued now, the gate's size, the turns
+// to create taken and the items dying.
+func (g *gate[T]) queueAndSize() (queued, size, creating, dying int) {
 	g.lock()
 	defer g.unlock()
-	return g.waiters.n, g.size, g.dying
+	return g.waiters.n, g.size, g.creating, g.dying
 }
 
 // isClosed reports whether close has run.
@@ -225,10 +225,7 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 		return nil, ErrClosed
 	}
 	g.size = n
-	for g.waiters.n > 0 && g.held+g.idle.len() < g.size {
-		g.held++ // a waiter exists only while no item is idle: a bare permit
-		g.grantOldest(nil, nil)
-	}
+	g.grantTurnsLocked()
 	over := g.alive() - g.size
 	if g.setBypass() {
 		// Parked entries hold permits of their own; those not to destroy

@@ -84,15 +84,14 @@ type Stats struct {
 // by leases (Leases, Waits and WaitTime live in the ring's slots).
 type counters struct {
 	timeouts, canceled, refused, prepareFail, createFails atomic.Uint64
-	// creating counts factory calls under way, for ErrLeaseTimeout's message.
-	creating   atomic.Int64
-	longLeases atomic.Uint64
+	longLeases                                            atomic.Uint64
 
 	// The item counts change (on creation and destruction only) and are read
 	// under mu, so that a snapshot keeps Stats' relations between them.
 	mu                                         sync.Mutex
 	created, destroyed, detached               uint64
 	idleExpired, lifetimeExpired, destroyFails uint64
+	usesExpired                                uint64
 }
 
 // Stats returns a snapshot of the pool's figures.
@@ -117,10 +116,12 @@ func (p *Pool[T]) Stats() Stats {
 		CreateErrors:   p.c.createFails.Load(),
 		Leaked:         p.leaks.leaked.Load(),
 		LongLeases:     p.c.longLeases.Load(),
+		BackendDown:    p.health.down.Load(),
 	}
 	p.c.mu.Lock()
 	s.Created, s.Destroyed, s.Detached = p.c.created, p.c.destroyed, p.c.detached
 	s.IdleExpired, s.LifetimeExpired, s.DestroyErrors = p.c.idleExpired, p.c.lifetimeExpired, p.c.destroyFails
+	s.UsesExpired = p.c.usesExpired
 	p.c.mu.Unlock()
 	return s
 }

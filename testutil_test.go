@@ -547,3 +547,10 @@ func hdEventually(t *testing.T, cond func() bool, msg string, args ...any) {
 	t.Helper()
 	require.Eventually(t, cond, testWait, time.Millisecond, append([]any{msg}, args...)...)
 }
+
+// creatingNow is the turns to create taken now: the creations under way,
+// and those about to start or just ended.
+func creatingNow[T any](p *Pool[T]) int {
+	_, _, creating, _ := p.g.queueAndSize()
+	return creating
+}
