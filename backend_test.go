@@ -368,46 +368,56 @@ func TestBackendCreatesCapHeldUnderLoad(t *testing.T) {
 	assert.Greater(t, checks, 0)
 }
 
-// TestBackendCreatesCapColdStart: a cold start seeding MinSize items in
-// the background (32 at once without the cap) while 16 goroutines lease
-// creates at most MaxConcurrentCreates items at once, and gets there.
+// TestBackendCreatesCapColdStart: a cold start seeding MinSize items in the
+// background (32 at once without the cap), alone or while 16 goroutines
+// lease, creates at most MaxConcurrentCreates items at once, and gets to
+// MinSize: SeedInBackground creates them "until they exist or the pool
+// closes".
 func TestBackendCreatesCapColdStart(t *testing.T) {
-	const capN = 3
-	b := &beBackend{t: t, tr: &tracker{}, limit: capN, delay: 2 * time.Millisecond}
-	p, err := New[*conn](context.Background(), b, Options[*conn]{
-		MinSize: 32, MaxSize: 32, SeedInBackground: true, MaxConcurrentCreates: capN,
-		Destroy: b.tr.destroy,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
+	for _, leasers := range []int{0, 16} {
+		t.Run(fmt.Sprintf("%d goroutines leasing", leasers), func(t *testing.T) {
+			const capN = 3
+			b := &beBackend{t: t, tr: &tracker{}, limit: capN, delay: 2 * time.Millisecond}
+			p, err := New[*conn](context.Background(), b, Options[*conn]{
+				MinSize: 32, MaxSize: 32, SeedInBackground: true, MaxConcurrentCreates: capN,
+				Destroy: b.tr.destroy,
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
 
-	stopWatch := beWatch(func() { checkCapped(t, p, b.tr.live.Load) })
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 10 {
-				ctx, cancel := context.WithTimeout(context.Background(), testWait)
-				l, err := p.Lease(ctx)
-				cancel()
-				if err != nil {
-					t.Errorf("goroutine %d, lease %d: %v", g, i, err)
-					return
-				}
-				runtime.Gosched()
-				l.Release()
+			stopWatch := beWatch(func() { checkCapped(t, p, b.tr.live.Load) })
+			var wg sync.WaitGroup
+			for g := range leasers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 10 {
+						ctx, cancel := context.WithTimeout(context.Background(), testWait)
+						l, err := p.Lease(ctx)
+						cancel()
+						if err != nil {
+							t.Errorf("goroutine %d, lease %d: %v", g, i, err)
+							return
+						}
+						runtime.Gosched()
+						l.Release()
+					}
+				}()
 			}
-		}()
+			wg.Wait()
+			// 32 creations of 2 ms, 3 at a time: about 25 ms; 3 s is plenty.
+			for deadline := time.Now().Add(3 * time.Second); p.Stats().ItemsAvailable < 32 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			stopWatch()
+			assert.LessOrEqual(t, b.peak.Load(), int64(capN), "factory calls in flight at once")
+			assert.Equal(t, int64(capN), b.peak.Load(), "the cold start reached the cap")
+			require.Equal(t, 32, p.Stats().ItemsAvailable, "MinSize items seeded and idle; %d factory calls; stats %+v", b.numCalls(), p.Stats())
+			awaitBackground(t, p)
+			assertAtRest(t, p)
+			assert.EqualValues(t, 32, p.Stats().Created, "MinSize items, no more: MaxSize is 32")
+		})
 	}
-	wg.Wait()
-	hdEventually(t, func() bool { return p.Stats().ItemsAvailable == 32 }, "MinSize items seeded and idle")
-	awaitBackground(t, p)
-	stopWatch()
-	assertAtRest(t, p)
-	assert.LessOrEqual(t, b.peak.Load(), int64(capN), "factory calls in flight at once")
-	assert.Equal(t, int64(capN), b.peak.Load(), "the cold start reached the cap")
-	assert.EqualValues(t, 32, p.Stats().Created, "MinSize items, no more: MaxSize is 32")
 }
 
 // TestBackendCapWaiterTakesReleasedItem: with the one creation the cap
@@ -560,6 +570,7 @@ func TestBackendFailsFast(t *testing.T) {
 							if l.Value() != held {
 								t.Errorf("a lease of a down pool got item %d, not the idle one (%d): something created it", l.Value().id, held.id)
 							}
+							time.Sleep(200 * time.Microsecond) // held a while: the others find nothing idle
 							l.Release()
 							continue
 						}
@@ -639,6 +650,53 @@ func TestBackendRecovers(t *testing.T) {
 		assert.Equal(t, outage, log.count(slog.LevelInfo, "up", "back", "recover"), "outage %d: one Info per outage; log:\n%s", outage, log.String())
 	}
 	assertAtRest(t, p)
+}
+
+// TestBackendProbeItemGoesToOldestWaiter: while the pool is down and its
+// probe's creation holds the last place under MaxSize, leases wait for an
+// item (none is idle, but none could be created either); the probe's first
+// success brings the pool up and hands its item to the oldest of them.
+func TestBackendProbeItemGoesToOldestWaiter(t *testing.T) {
+	var log beLog
+	p, s := newScripted(t, Options[*conn]{MaxSize: 2, FailFastAfter: 1, UpkeepInterval: 80 * time.Millisecond, Logger: log.logger()})
+	s.answers <- nil
+	l := mustLease(t, p)
+	<-s.started
+
+	sentinel := &beErr{code: 9}
+	s.answers <- sentinel
+	_, err := p.Lease(bg)
+	require.ErrorIs(t, err, sentinel)
+	<-s.started
+	require.True(t, p.Stats().BackendDown)
+	recvOrFail(t, s.started, "the probe's creation to start")
+
+	w1 := leaseAsync(bg, p)
+	waitQueued(t, p, 1)
+	w2 := leaseAsync(bg, p)
+	waitQueued(t, p, 2)
+	assert.True(t, p.Stats().BackendDown)
+
+	s.answers <- nil // the probe succeeds
+	o1 := awaitLease(t, w1)
+	require.NoError(t, o1.err, "the oldest waiting lease gets the probe's item")
+	assert.False(t, p.Stats().BackendDown)
+	assert.EqualValues(t, 2, s.tr.created.Load(), "the probe's item, no other")
+	select {
+	case o := <-w2:
+		t.Fatalf("W2 returned (%v) with nothing released for it", o.err)
+	default:
+	}
+	probed := o1.l.Value()
+	o1.l.Release()
+	o2 := awaitLease(t, w2)
+	require.NoError(t, o2.err)
+	assert.Same(t, probed, o2.l.Value(), "W2 takes the item W1 released")
+	o2.l.Release()
+	l.Release()
+	assertAtRest(t, p)
+	assert.Equal(t, 1, log.count(slog.LevelWarn, "down"), "log:\n%s", log.String())
+	assert.Equal(t, 1, log.count(slog.LevelInfo, "up"), "log:\n%s", log.String())
 }
 
 // TestBackendLeaseTimeoutWrapsCreateError: a lease that times out after a
