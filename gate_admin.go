@@ -133,13 +133,13 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // come and go without the lock, so the split between leased and idle is a
 // moment's estimate, but neither figure exceeds size, unless a shrink has
 // not settled yet.
-func (g *gate[T]) counts() (leased, idle, queued, size, dying int, sums slotSums) {
+func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sums slotSums) {
 	g.lock()
 	defer g.unlock()
 	sums = g.slots.scan()
 	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
 	sums.leases += g.fastLeases
-	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, g.dying, sums
+	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, g.creating, g.dying, sums
 }
 
 // idleEntries appends every idle entry, queued or parked, to buf, for the

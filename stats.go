@@ -26,9 +26,11 @@ type Stats struct {
 	// may count here, not in ItemsAvailable; their sum is exact.
 	ActiveLeases int
 	// QueuedLeases is the leases waiting now; it is above 0 only when
-	// ItemsAllocated has reached MaxSize or MaxConcurrentCreates items are
-	// being created.
+	// ItemsAllocated has reached MaxSize or Creating MaxConcurrentCreates.
 	QueuedLeases int
+	// Creating is the items being created now (counted in ActiveLeases and
+	// ItemsAllocated), at most MaxConcurrentCreates.
+	Creating int
 	// Destroying is the items whose Destroy the pool awaits now (at most
 	// DestroyTimeout each); they count in ActiveLeases and ItemsAllocated.
 	Destroying int
@@ -96,7 +98,7 @@ type counters struct {
 
 // Stats returns a snapshot of the pool's figures.
 func (p *Pool[T]) Stats() Stats {
-	held, idle, queued, size, dying, sums := p.g.counts()
+	held, idle, queued, size, creating, dying, sums := p.g.counts()
 	s := Stats{
 		Name:           p.opts.Name,
 		MinSize:        p.opts.MinSize,
@@ -111,6 +113,7 @@ func (p *Pool[T]) Stats() Stats {
 		Timeouts:       p.c.timeouts.Load(),
 		Canceled:       p.c.canceled.Load(),
 		Refused:        p.c.refused.Load(),
+		Creating:       creating,
 		Destroying:     dying,
 		PrepareFailed:  p.c.prepareFail.Load(),
 		CreateErrors:   p.c.createFails.Load(),
