@@ -248,18 +248,23 @@ func (h *beLog) String() string {
 	return b.String()
 }
 
-// checkCapped is checkInvariants for a pool with MaxConcurrentCreates, where
-// a lease may queue for its turn to create while permits are free (Stats:
+// checkCapped is checkInvariants for a pool with MaxConcurrentCreates capN,
+// with the cap's clauses on the same snapshot: Creating never exceeds the
+// cap, and leases queue below MaxSize only while the cap is reached (Stats:
 // QueuedLeases is above 0 only when ItemsAllocated has reached MaxSize or
-// MaxConcurrentCreates items are being created). The creations in flight
-// cannot be read in the same snapshot, so that clause is the factory's to
-// check (beBackend.limit); the others are checkInvariants'.
-func checkCapped(t testing.TB, p *Pool[*conn], live func() int64) bool {
+// Creating MaxConcurrentCreates).
+func checkCapped(t testing.TB, p *Pool[*conn], capN int, live func() int64) bool {
 	s := p.Stats()
-	if s.ItemsAllocated < s.MaxSize {
-		s.QueuedLeases = 0
+	ok := checkStats(t, s, live, 0)
+	if s.Creating < 0 || s.Creating > capN {
+		t.Errorf("Creating %d, outside [0, MaxConcurrentCreates %d]: %+v", s.Creating, capN, s)
+		ok = false
 	}
-	return checkStats(t, s, live, 0)
+	if s.QueuedLeases > 0 && s.ItemsAllocated < s.MaxSize && s.Creating < capN {
+		t.Errorf("%d leases queue while a permit and a turn to create are free: %+v", s.QueuedLeases, s)
+		ok = false
+	}
+	return ok
 }
 
 // beWatch runs check every 200 µs on a goroutine of its own until the
@@ -302,7 +307,7 @@ func TestBackendCreatesCapHeldUnderLoad(t *testing.T) {
 	b.set(time.Millisecond, nil)
 
 	stopWatch := beWatch(func() {
-		checkCapped(t, p, b.tr.live.Load)
+		checkCapped(t, p, capN, b.tr.live.Load)
 		if n := b.inflight.Load(); n > capN {
 			t.Errorf("%d factory calls in flight, more than MaxConcurrentCreates %d", n, capN)
 		}
@@ -385,7 +390,7 @@ func TestBackendCreatesCapColdStart(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = p.Close() })
 
-			stopWatch := beWatch(func() { checkCapped(t, p, b.tr.live.Load) })
+			stopWatch := beWatch(func() { checkCapped(t, p, capN, b.tr.live.Load) })
 			var wg sync.WaitGroup
 			for g := range leasers {
 				wg.Add(1)
