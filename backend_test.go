@@ -360,6 +360,9 @@ func TestBackendCreatesCapHeldUnderLoad(t *testing.T) {
 	checks := stopWatch()
 
 	awaitBackground(t, p)
+	// The upkeep's creations are not the filler's: wait for one under way.
+	hdEventually(t, func() bool { s := p.Stats(); return s.Creating == 0 && s.ActiveLeases == s.Destroying },
+		"the upkeep's creations to end")
 	assertAtRest(t, p)
 	checkInvariants(t, p, b.tr.live.Load)
 	s := p.Stats()
@@ -647,6 +650,10 @@ func TestBackendRecovers(t *testing.T) {
 		require.True(t, first.done, "outage %d: the pool came up before the probe's call returned", outage)
 		require.NoError(t, first.err, "outage %d: the first call after the backend came back", outage)
 
+		// The pool comes up in the probe's creation, an instant before its
+		// item goes idle: wait for that, then the next lease takes it.
+		hdEventually(t, func() bool { s := p.Stats(); return s.ItemsAvailable == 1 && s.Creating == 0 },
+			"outage %d: the probe's item to go idle", outage)
 		l, err := p.Lease(bg)
 		require.NoError(t, err, "outage %d: a lease after the pool came up", outage)
 		assert.Equal(t, first.id, l.Value().id, "outage %d: the probe's item went idle, to the next lease", outage)
