@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,7 +185,9 @@ func (s *beScript) noCallStarted(t *testing.T, d time.Duration, why string) {
 // beErr is a creation error of a type of its own, for errors.As.
 type beErr struct{ code int }
 
-func (e *beErr) Error() string { return fmt.Sprintf("backend refused the connection (code %d)", e.code) }
+func (e *beErr) Error() string {
+	return fmt.Sprintf("backend refused the connection (code %d)", e.code)
+}
 
 // beLog is a slog.Handler that keeps every record's level, message and
 // attributes.
@@ -628,6 +631,21 @@ func TestBackendRecovers(t *testing.T) {
 		time.Sleep(4 * step) // the backoff reaches its ceiling: 5+10+20+40+80 ms
 		beAssertFailsFast(t, p, sentinel, 100*time.Millisecond)
 		probes := b.numCalls() - callsDown
+		probeCalls := b.log()[callsDown:]
+		// The probe's first call may have started before callsDown was read:
+		// the gaps logged start at 5 or 10 ms. A timer never fires early, so
+		// no gap is under the first step (no tight loop), and the backoff
+		// doubled up to its ceiling.
+		var gaps []time.Duration
+		for i := 1; i < len(probeCalls); i++ {
+			gaps = append(gaps, probeCalls[i].start.Sub(probeCalls[i-1].start))
+		}
+		t.Logf("outage %d: gaps between the probe's calls %v", outage, gaps)
+		if assert.NotEmpty(t, gaps, "outage %d: the probe retried", outage) {
+			assert.GreaterOrEqual(t, slices.Min(gaps), step/16*9/10, "outage %d: the probe backs off from UpkeepInterval/16", outage)
+			assert.GreaterOrEqual(t, slices.Max(gaps), step*9/10, "outage %d: the backoff reached UpkeepInterval", outage)
+			assert.Less(t, slices.Max(gaps), 2*step+500*time.Millisecond, "outage %d: the backoff stops at UpkeepInterval", outage)
+		}
 		assert.LessOrEqual(t, b.peak.Load(), int64(1), "outage %d: one probe at a time", outage)
 		assert.Positive(t, probes, "outage %d: the probe called the factory", outage)
 		assert.LessOrEqual(t, probes, 12, "outage %d: the probe backs off", outage)
