@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -11,11 +12,13 @@ import (
 	"weak"
 )
 
-// Creating items. A creation holds a permit from before the factory call
-// until its item is handed on or the creation fails and frees it; exactly
-// one of caller and creating goroutine owns it at any instant
-// (creation.state). The factory's context keeps the caller's values, not
-// its cancellation; CreateTimeout bounds it and Close cancels it.
+// Creating items. A creation holds a bare permit from before the factory
+// call until its item is handed on or the creation fails and frees it;
+// exactly one of caller and creating goroutine owns it at any instant
+// (creation.state). Its turn to create (gate.creating) ends with the
+// factory call, or with create or createIdle when they do not call it. The
+// factory's context keeps the caller's values, not its cancellation;
+// CreateTimeout bounds it and Close cancels it.
 
 // seedParallelism bounds concurrent seeding creations, so a large MinSize
 // does not dial one server that many times at once.
@@ -38,7 +41,7 @@ func (p *Pool[T]) seed(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan seedResult[T], n)
-	sem := make(chan struct{}, seedParallelism)
+	sem := make(chan struct{}, min(seedParallelism, p.g.maxCreating))
 	for range n {
 		go func() {
 			r := seedResult[T]{panicVal: errFactoryGoexit} // until the factory returns
@@ -117,7 +120,12 @@ const (
 // (abandonedIt). A factory panic reaches the caller if it still waits.
 func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, err error) {
 	if err := ctx.Err(); err != nil {
+		p.g.createEnded()
 		return nil, false, err // gave up already: don't start a dial for nobody
+	}
+	if err := p.downErr(); err != nil {
+		p.g.createEnded()
+		return nil, false, err
 	}
 	if ctx.Done() == nil {
 		e, err = p.createDetached(ctx) // nothing can abandon it
@@ -183,8 +191,10 @@ func (p *Pool[T]) adopt(c *creation[T]) {
 }
 
 // createDetached calls the factory with ctx's values but not its
-// cancellation, canceled by Close and bounded by CreateTimeout.
+// cancellation, canceled by Close and bounded by CreateTimeout, and ends
+// the caller's turn to create.
 func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
+	defer p.g.createEnded()
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(p.done, cancel)
@@ -208,12 +218,17 @@ func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
 func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	era := p.g.slots.era.Load() // before the factory: a Clear meanwhile retires the item
 	v, err := p.callFactory(ctx)
+	if err == nil && p.nillable && isNil(any(v)) {
+		err = fmt.Errorf("the factory returned a nil %v and no error", reflect.TypeFor[T]())
+	}
 	if err != nil {
-		return nil, fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
+		err = fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
+		if p.done.Err() == nil { // not Close's cancellation
+			p.createFailed(err)
+		}
+		return nil, err
 	}
-	if p.nillable && isNil(any(v)) {
-		return nil, fmt.Errorf("pool %q: create item: the factory returned a nil %v and no error", p.opts.Name, reflect.TypeFor[T]())
-	}
+	p.createSucceeded()
 	p.c.mu.Lock()
 	p.c.created++
 	p.c.mu.Unlock()
@@ -240,10 +255,8 @@ func (p *Pool[T]) callFactory(ctx context.Context) (v T, err error) {
 		start := p.now()
 		defer func() { p.m.createTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
 	}
-	p.c.creating.Add(1)
 	returned := false
 	defer func() {
-		p.c.creating.Add(-1)
 		if !returned || err != nil || p.nillable && isNil(any(v)) {
 			p.c.createFails.Add(1)
 		}
@@ -268,6 +281,7 @@ const (
 	wantSeed   uint32 = 1 << iota // MinSize items, several creations at once
 	wantRefill                    // MinSize idle, once the last Clear's destroys end
 	wantSpares                    // MinIdle idle
+	wantProbe                     // one item while the pool is down
 )
 
 // fill creates idle items one at a time while tryAcquireFill allows, and
@@ -281,9 +295,16 @@ func (p *Pool[T]) fill(count fillCount, n int, who string) bool {
 	return true
 }
 
-// createIdle creates an item for the caller's permit and puts it idle; on
-// failure, panic or Goexit it frees the permit and reports false.
+// createIdle creates an item for the caller's bare permit and puts it
+// idle, or hands it to the oldest waiter; on failure, panic or Goexit it
+// frees the permit and reports false. While the pool is down only the probe
+// calls the factory.
 func (p *Pool[T]) createIdle(who string) (ok bool) {
+	if who != probe && p.health.down.Load() {
+		p.g.createEnded()
+		p.g.free()
+		return false
+	}
 	var e *entry[T]
 	defer func() {
 		if e == nil {
@@ -295,7 +316,7 @@ func (p *Pool[T]) createIdle(who string) (ok bool) {
 	}()
 	var err error
 	if e, err = p.createDetached(context.Background()); err != nil {
-		if !errors.Is(err, ErrClosed) { // Close canceled it: nothing went wrong
+		if !errors.Is(err, ErrClosed) && !p.health.down.Load() { // Close canceled it, or the down Warn said it
 			p.warn(who+": create item", err)
 		}
 		return false
@@ -365,6 +386,9 @@ func fillApart[T any](wp weak.Pointer[Pool[T]]) bool {
 
 // fillRound fills for d and returns the bits to retry.
 func (p *Pool[T]) fillRound(d uint32) (owed uint32) {
+	if d&wantProbe != 0 && !p.probeRound() {
+		return d // down still: the rest would not create
+	}
 	if d&wantSeed != 0 && !p.seedRound() {
 		owed |= wantSeed
 	}
@@ -395,6 +419,18 @@ func (p *Pool[T]) refillRound() {
 	p.fill(idleItems, p.opts.MinSize, "clear: refill")
 }
 
+// probeRound creates one item while the pool is down, with a free permit
+// even if leases wait: its first success brings the pool up (newEntry).
+func (p *Pool[T]) probeRound() bool {
+	if !p.health.down.Load() {
+		return true
+	}
+	return p.g.tryAcquireFill(1, probeItem) && p.createIdle(probe)
+}
+
+// probe is the probe's name in the log, and what lets it create while down.
+const probe = "probe"
+
 func (p *Pool[T]) sparesRound() bool {
 	return p.fill(idleItems, p.opts.MinIdle, "spares")
 }
@@ -404,7 +440,7 @@ func (p *Pool[T]) sparesRound() bool {
 func (p *Pool[T]) seedRound() bool {
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	for range min(p.opts.MinSize, seedParallelism) {
+	for range min(p.opts.MinSize, seedParallelism, p.g.maxCreating) {
 		wg.Add(1)
 		started := p.tasks.start(func() {
 			ok := false
@@ -434,3 +470,61 @@ func (p *Pool[T]) backoffLimit() time.Duration {
 
 // maxSeedBackoff bounds the filler's backoff without the upkeep.
 const maxSeedBackoff = 30 * time.Second
+
+// # Fail fast while the backend is down
+//
+// With FailFastAfter, FailFastAfter failed creations in a row put the pool
+// down, and the next success brings it up. While down, create and createIdle
+// fail at once, but for the filler's probe. The last failure stays for
+// ErrBackendDown and ErrLeaseTimeout to wrap.
+
+// health is what FailFastAfter and ErrLeaseTimeout read of the creations.
+type health struct {
+	inARow atomic.Int64 // failed creations since the last success
+	last   atomic.Pointer[failedCreation]
+	down   atomic.Bool
+}
+
+type failedCreation struct {
+	err error
+	at  int64 // monotime
+}
+
+// createFailed records a creation's failure; the one that puts the pool
+// down logs it and asks for the probe.
+func (p *Pool[T]) createFailed(err error) {
+	p.health.last.Store(&failedCreation{err: err, at: monotime()})
+	n := p.health.inARow.Add(1)
+	if after := p.opts.FailFastAfter; after > 0 && n >= int64(after) && p.health.down.CompareAndSwap(false, true) {
+		p.logErr(slog.LevelWarn, fmt.Sprintf("backend down: %d creations in a row failed; leases that must create fail fast until a creation in the background succeeds", n), err)
+		p.ask(wantProbe)
+	}
+}
+
+// createSucceeded: the backend is up.
+func (p *Pool[T]) createSucceeded() {
+	if p.health.inARow.Load() != 0 {
+		p.health.inARow.Store(0)
+	}
+	if p.health.down.Load() && p.health.down.CompareAndSwap(true, false) {
+		p.logErr(slog.LevelInfo, "backend up: a creation succeeded; leases create items again", nil)
+	}
+}
+
+// downErr is what a creation fails with at once while the pool is down, or
+// nil.
+func (p *Pool[T]) downErr() error {
+	if !p.health.down.Load() {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBackendDown, p.health.last.Load().err)
+}
+
+// failedSince returns the last creation's error if it failed at or after
+// monotime since, or nil.
+func (p *Pool[T]) failedSince(since int64) error {
+	if last := p.health.last.Load(); last != nil && last.at >= since {
+		return last.err
+	}
+	return nil
+}

@@ -778,7 +778,7 @@ func TestDroppedPoolStopsBackground(t *testing.T) {
 // created: no factory call is under way.
 func awaitSpares(t *testing.T, p *Pool[*conn]) {
 	t.Helper()
-	require.Eventually(t, func() bool { return p.c.creating.Load() == 0 }, testWait, time.Millisecond, "the spares' creations to end")
+	require.Eventually(t, func() bool { return creatingNow(p) == 0 }, testWait, time.Millisecond, "the spares' creations to end")
 }
 
 // ncLeaseKey is the ctx key under which the leases of

@@ -34,10 +34,11 @@ const (
 	reasonClear
 	reasonClose
 	reasonResize
+	reasonUses
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "discard", "clear", "close", "resize"}
+var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "discard", "clear", "close", "resize", "max_uses"}
 
 // String returns the reason as pool.items.destroyed names it.
 func (r reason) String() string { return reasonNames[r] }
@@ -190,6 +191,8 @@ func (p *Pool[T]) countDestroyed(why reason, failed bool) {
 		p.c.idleExpired++
 	case reasonLifetime:
 		p.c.lifetimeExpired++
+	case reasonUses:
+		p.c.usesExpired++
 	}
 	p.c.destroyed++
 	if failed {

@@ -40,6 +40,9 @@
 // caller that gives up returns ctx.Err() at once, and its creation finishes
 // in the background and its item goes idle, so an impatient caller never
 // costs a second dial. A nil item with a nil error fails the creation.
+// Options.MaxConcurrentCreates caps the creations under way at once, the
+// leases' and the background's together: a lease past the cap waits its
+// turn in the queue (see Waiting and errors).
 //
 // Leased. A lease takes the idle item that went idle last (so that under a
 // light load the rest idle long enough to expire) or creates one. With a
@@ -52,8 +55,8 @@
 //
 // Released. [Lease.Release] runs Options.Reset (an error or a panic destroys
 // the item); the item then goes to the oldest waiting lease, or idles. On a
-// closed pool, past its lifetime, or while [Pool.SetMaxSize] shrinks the
-// pool, it is destroyed.
+// closed pool, past its lifetime, at its Options.MaxUses-th lease, or while
+// [Pool.SetMaxSize] shrinks the pool, it is destroyed.
 //
 // Expired. An item idle longer than Options.IdleTimeout, or older than
 // Options.MaxLifetime (plus its share of MaxLifetimeJitter), is destroyed by
@@ -102,10 +105,12 @@
 //
 // # Waiting and errors
 //
-// When MaxSize items are in use, [Pool.Lease] waits in a FIFO queue. A
-// released item goes straight to the oldest waiting lease, and a destroyed
-// item's place goes to it as the right to create a fresh one: a woken lease
-// never wakes to nothing and no newcomer overtakes the queue. A Release
+// When MaxSize items are in use, or a lease would create one while
+// Options.MaxConcurrentCreates creations are under way, [Pool.Lease] waits
+// in a FIFO queue. A released or newly created item goes straight to the
+// oldest waiting lease, and a destroyed item's place, or an ended creation's
+// turn, goes to it as the right to create a fresh one: a woken lease never
+// wakes to nothing and no newcomer overtakes the queue. A Release
 // that hands its item over yields its processor once, so that the woken
 // lease runs at once: under saturation that Release may take a scheduler's
 // time slice to return, and Stats.WaitTime reads less. A lease whose item
@@ -117,7 +122,9 @@
 //   - [ErrLeaseTimeout], once Options.LeaseTimeout has passed since the
 //     Lease call; its message says what the pool was doing, as in pool:
 //     lease timeout: pool "db": every item stayed in use (MaxSize 10) for
-//     5s; 31 leases waiting, 2 items being created, 0 being destroyed;
+//     5s; 31 leases waiting, 2 items being created, 0 being destroyed; when
+//     a creation failed since the Lease call, it wraps the last one's error
+//     too, which [errors.Is] and [errors.As] reach;
 //   - ctx.Err() when the caller's ctx ends first, as it is, never
 //     ErrLeaseTimeout, so that a pool too small and a caller out of time are
 //     told apart with [errors.Is];
@@ -127,14 +134,15 @@
 // ctx arrive together passes the item on and returns its error, so no item
 // is lost and no caller that gave up walks away with one.
 //
-// [Pool.TryLease] never waits: with every item in use, or leases waiting,
-// it returns [ErrExhausted]. With Options.MaxQueuedLeases a Lease that would
+// [Pool.TryLease] never waits: with every item in use, leases waiting, or
+// the creations at their cap, it returns [ErrExhausted]. With Options.MaxQueuedLeases a Lease that would
 // wait behind that many fails at once with ErrExhausted too.
 //
 // Every error the pool returns wraps one of its sentinels, is the caller's
 // ctx.Err(), or wraps your factory's or Preparer's error ([errors.As] finds
 // it), and names the pool: [ErrClosed], [ErrLeaseTimeout], [ErrExhausted],
-// [ErrPreparationTimeout] (a fresh item's check took too long),
+// [ErrBackendDown] (see When the backend is down), [ErrPreparationTimeout]
+// (a fresh item's check took too long),
 // [ErrInvalidOptions] (the message names the field).
 //
 // Errors with no caller to go to (a failed Reset or Destroy, a creation
@@ -164,17 +172,18 @@
 //   - gauges: pool.items.allocated, pool.items.available,
 //     pool.leases.active, pool.leases.queued, pool.items.max (MaxSize now:
 //     saturation is pool.leases.active / pool.items.max), pool.items.min,
-//     pool.utilization; the counter pool.leases.granted;
+//     pool.utilization, pool.backend.down (1 while the pool is down, see
+//     When the backend is down; else 0); the counter pool.leases.granted;
 //   - pool.lease.wait_time: the wait of each lease that queued;
 //   - pool.lease.use_time: how long leases were held, a uniform sample of
 //     one lease in 512 per processor (its quantiles are the leases', its
 //     count is not);
 //   - pool.lease.errors by error.type (timeout, canceled, closed, exhausted,
-//     create, prepare);
+//     create, prepare, backend_down);
 //   - pool.preparation.time, pool.preparation.errors,
 //     pool.items.create_time, pool.items.created;
 //   - pool.items.destroyed by reason (idle, lifetime, prepare, reset,
-//     discard, clear, close, resize), pool.items.destroy_errors;
+//     discard, clear, close, resize, max_uses), pool.items.destroy_errors;
 //   - pool.leases.leaked, pool.leases.long.
 //
 // A lease and release of an idle item record nothing but that sample; the
@@ -219,6 +228,33 @@
 // LeakThreshold a little above the longest lease your code should hold.
 // Raise MaxSize only when the leases are short and the load is real.
 // examples/holders shows the whole story.
+//
+// # When the backend is down
+//
+// Without options, each lease that finds no idle item calls the factory:
+// while the server is down, every one of them waits out its own dial (up to
+// CreateTimeout), up to MaxSize dials at once. Three options change that:
+//
+//   - Options.FailFastAfter: after that many failed creations in a row the
+//     pool is down. A lease that would have to create fails at once with an
+//     error wrapping [ErrBackendDown] and the last creation's error, so
+//     errors.Is(err, syscall.ECONNREFUSED) still works; a lease that finds
+//     an idle item gets it. One creation in the background probes the
+//     server, with backoff (doubling up to UpkeepInterval, or 30 s without
+//     the upkeep); the first that succeeds brings the pool up, and its item
+//     goes to the oldest waiting lease. Stats.BackendDown and the metric
+//     pool.backend.down say whether the pool is down; the Logger hears once
+//     when it goes down (Warn) and once when it comes back (Info).
+//   - Options.MaxConcurrentCreates: the dials at once, leases' and
+//     background's together, so a cold start or a Clear after a failover
+//     does not open MaxSize connections at the same instant.
+//   - Options.MaxUses: an item is destroyed after that many leases, so
+//     connections move to a server added behind a load balancer.
+//
+// Without FailFastAfter, [ErrLeaseTimeout] still says why no item came: it
+// wraps the last creation error when one failed during the wait.
+// examples/outage shows the three at work against a server it stops and
+// restarts.
 //
 // # Upkeep
 //

@@ -383,7 +383,7 @@ func TestLeaseTimeoutSaysWhatThePoolWasDoing(t *testing.T) {
 			l.Release()
 		}
 	})
-	require.Eventually(t, func() bool { return p.c.creating.Load() == 1 }, testWait, time.Millisecond)
+	require.Eventually(t, func() bool { return creatingNow(p) == 1 }, testWait, time.Millisecond)
 	s := p.Stats()
 	require.Equal(t, 3, s.ActiveLeases, "%+v", s)
 	require.Equal(t, 1, s.Destroying, "%+v", s)

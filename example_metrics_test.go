@@ -95,6 +95,7 @@ func ExampleOptions_meterProvider() {
 	slices.Sort(lines)
 	fmt.Println(strings.Join(lines, "\n"))
 	// Output:
+	// pool.backend.down{pool.name=api} 0
 	// pool.items.allocated{pool.name=api} 1
 	// pool.items.available{pool.name=api} 0
 	// pool.items.created{pool.name=api} 2

@@ -15,11 +15,16 @@ import (
 // in the same critical section as it looks at the idle queue and creates an
 // item only when none is idle, so held + idle <= size bounds the items.
 //
+// A bare permit (no item yet) is the right to create one and takes one of
+// maxCreating turns to create, until the creation ends or the holder takes
+// an idle item instead (creating counts them).
+//
 // One mutex guards count, waiters and idle items, so a release decides
 // "oldest waiter, or idle queue?" atomically (docs/DESIGN.md, "Why one
-// mutex"). While waiters queue no permit is free: a release hands its item,
-// or its bare permit, straight to the oldest waiter, so no waiter wakes to
-// nothing and no lease overtakes the queue.
+// mutex"). While waiters queue no permit is free, or no turn to create: a
+// release hands its item, or its bare permit, straight to the oldest waiter,
+// and a creation's end its turn, so no waiter wakes to nothing and no lease
+// overtakes the queue.
 //
 // Critical sections and the wake-ups after them run unpreemptible (lock,
 // unlock; docs/DESIGN.md, "Not preempted while holding the lock"), so
@@ -31,7 +36,10 @@ type gate[T any] struct {
 	size      int // MaxSize; changed by resize
 	maxQueued int // MaxQueuedLeases; 0: no limit
 	held      int // permits held, including those of entries parked in slots
-	closed    bool
+	// creating counts the bare permits, each a turn to create, up to
+	// maxCreating (MaxConcurrentCreates, or no cap).
+	creating, maxCreating int
+	closed                bool
 	// shrinking: more items alive than size after a resize; returning
 	// items are destroyed and freed permits retire until they fit.
 	shrinking bool
@@ -170,6 +178,7 @@ const (
 	admitBare                         // a bare permit and no idle entry: the right to create one
 	queued                            // no permit yet: the lease waits, in await
 	refusedInUse                      // no permit free, and the caller would not wait
+	refusedCreating                   // no turn to create free, and the caller would not wait
 	refusedQueue                      // others wait already, and the caller would not wait behind them
 	refusedClosed                     // the gate is closed
 	refusedCanceled                   // the caller's ctx had ended before it could queue
@@ -206,6 +215,8 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 		switch {
 		case !ok && g.waiters.n > 0:
 			a = refusedQueue
+		case !ok && g.held < g.size:
+			a = refusedCreating
 		case !ok:
 			a = refusedInUse
 		case e == nil:
@@ -267,8 +278,9 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	if e = g.slots.steal(); e != nil {
 		return e, true
 	}
-	if g.held < g.size {
+	if g.held < g.size && g.creating < g.maxCreating {
 		g.held++
+		g.creating++
 		return nil, true
 	}
 	return nil, false
@@ -422,7 +434,7 @@ func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry
 		return nil, ErrClosed, false // Close woke us at this instant: say so
 	}
 	if w.e == nil {
-		g.free()
+		g.freeBare()
 	} else if ok, _ := g.giveBack(w.e); !ok {
 		return w.e, err, expired
 	}
@@ -469,6 +481,14 @@ func (g *gate[T]) giveBackLocked(e *entry[T]) (handed bool) {
 	return false
 }
 
+// freeBare frees a bare permit whose holder will not create.
+func (g *gate[T]) freeBare() {
+	g.lock()
+	g.creating--
+	g.freeLocked()
+	g.unlock()
+}
+
 // free frees a permit held with no item: to the oldest waiter, as the
 // right to create one, or it comes free.
 func (g *gate[T]) free() {
@@ -478,12 +498,34 @@ func (g *gate[T]) free() {
 }
 
 // freeLocked: while items exceed size, the permit retires instead of going
-// to a waiter; its item was one too many.
+// to a waiter; its item was one too many. Without a turn to create for the
+// waiter, it comes free: the next creation's end grants it.
 func (g *gate[T]) freeLocked() {
-	if g.held+g.idle.len() <= g.size && g.grantOldest(nil, nil) {
+	if g.held+g.idle.len() <= g.size && g.creating < g.maxCreating && g.grantOldest(nil, nil) {
+		g.creating++
 		return
 	}
 	g.dropPermitLocked()
+}
+
+// createEnded gives back a turn to create: the creation ended, or its
+// holder did not create. With a permit free, the turn goes to the oldest
+// waiter.
+func (g *gate[T]) createEnded() {
+	g.lock()
+	g.creating--
+	g.grantTurnsLocked()
+	g.unlock()
+}
+
+// grantTurnsLocked grants waiters, oldest first, a bare permit each while
+// a permit and a turn to create are free. Caller holds g.mu.
+func (g *gate[T]) grantTurnsLocked() {
+	for g.waiters.n > 0 && g.held+g.idle.len() < g.size && g.creating < g.maxCreating {
+		g.held++ // a waiter exists only while no item is idle: a bare permit
+		g.creating++
+		g.grantOldest(nil, nil)
+	}
 }
 
 // toDestroy counts a held permit as dying.
@@ -525,6 +567,7 @@ type fillCount int
 const (
 	idleItems fillCount = iota // the idle items, queued or parked: Clear's refill, MinIdle
 	allItems                   // the items in existence but those dying: the upkeep's floor
+	probeItem                  // none, and waiting leases do not stop it: FailFastAfter's probe
 )
 
 // tryAcquireFill takes a bare permit to create an item while fewer than n
@@ -534,14 +577,18 @@ const (
 func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	g.lock()
 	defer g.unlock()
-	have := g.alive()
-	if count == idleItems {
+	have, waiting := g.alive(), g.waiters.n > 0
+	switch count {
+	case idleItems:
 		have = g.idle.len() + g.slots.scan().parked
+	case probeItem:
+		have, waiting = 0, false
 	}
-	if g.closed || g.waiters.n > 0 || g.held+g.idle.len() >= g.size || have >= n {
+	if g.closed || waiting || g.held+g.idle.len() >= g.size || g.creating >= g.maxCreating || have >= n {
 		return false
 	}
 	g.held++
+	g.creating++
 	return true
 }
 
@@ -554,16 +601,19 @@ func (g *gate[T]) unparkLocked() {
 }
 
 // takeIdle returns the newest idle or a parked entry, or nil, for a caller
-// holding a permit. A parked entry's own permit is freed.
+// holding a bare permit, which keeps its turn to create only on nil. A
+// parked entry's own permit is freed.
 func (g *gate[T]) takeIdle() *entry[T] {
 	g.lock()
 	defer g.unlock()
-	if e := g.idle.popNewest(); e != nil {
-		return e
-	}
-	e := g.slots.steal()
-	if e != nil {
+	e := g.idle.popNewest()
+	if e == nil {
+		if e = g.slots.steal(); e == nil {
+			return nil
+		}
 		g.freeLocked()
 	}
+	g.creating--
+	g.grantTurnsLocked()
 	return e
 }

@@ -133,13 +133,13 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // come and go without the lock, so the split between leased and idle is a
 // moment's estimate, but neither figure exceeds size, unless a shrink has
 // not settled yet.
-func (g *gate[T]) counts() (leased, idle, queued, size, dying int, sums slotSums) {
+func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sums slotSums) {
 	g.lock()
 	defer g.unlock()
 	sums = g.slots.scan()
 	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
 	sums.leases += g.fastLeases
-	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, g.dying, sums
+	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, g.creating, g.dying, sums
 }
 
 // idleEntries appends every idle entry, queued or parked, to buf, for the
@@ -194,12 +194,12 @@ func (g *gate[T]) maxSize() int {
 	return g.size
 }
 
-// queueAndSize returns the waiters queued now, the gate's size and the
-// items dying.
-func (g *gate[T]) queueAndSize() (queued, size, dying int) {
+// queueAndSize returns the waiters queued now, the gate's size, the turns
+// to create taken and the items dying.
+func (g *gate[T]) queueAndSize() (queued, size, creating, dying int) {
 	g.lock()
 	defer g.unlock()
-	return g.waiters.n, g.size, g.dying
+	return g.waiters.n, g.size, g.creating, g.dying
 }
 
 // isClosed reports whether close has run.
@@ -225,10 +225,7 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 		return nil, ErrClosed
 	}
 	g.size = n
-	for g.waiters.n > 0 && g.held+g.idle.len() < g.size {
-		g.held++ // a waiter exists only while no item is idle: a bare permit
-		g.grantOldest(nil, nil)
-	}
+	g.grantTurnsLocked()
 	over := g.alive() - g.size
 	if g.setBypass() {
 		// Parked entries hold permits of their own; those not to destroy

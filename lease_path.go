@@ -216,6 +216,8 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 		return p.leaseFailed(ctx, errCanceled, ctx.Err())
 	case refusedInUse:
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().inUse)
+	case refusedCreating:
+		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().creating)
 	case refusedQueueFull:
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queueFull)
 	default:
@@ -239,7 +241,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 	var t errType
 	switch {
 	case expired:
-		t, err = errTimeout, p.timeoutError(time.Duration(monotime()-lt.since))
+		t, err = errTimeout, p.timeoutError(lt.since)
 	case err == ErrClosed:
 		t, err = errClosed, p.errClosed
 	default:
@@ -249,11 +251,18 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 	return nil, err
 }
 
-// timeoutError is ErrLeaseTimeout, saying what the pool was doing meanwhile.
-func (p *Pool[T]) timeoutError(waited time.Duration) error {
-	queued, size, dying := p.g.queueAndSize()
-	return fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v; %d leases waiting, %d items being created, %d being destroyed",
-		ErrLeaseTimeout, p.opts.Name, size, waited.Round(time.Millisecond), queued, p.c.creating.Load(), dying)
+// timeoutError is ErrLeaseTimeout for a lease that began at monotime
+// since, saying what the pool was doing meanwhile, with the last creation's
+// error if one failed since.
+func (p *Pool[T]) timeoutError(since int64) error {
+	waited := time.Duration(monotime() - since)
+	queued, size, creating, dying := p.g.queueAndSize()
+	err := fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v; %d leases waiting, %d items being created, %d being destroyed",
+		ErrLeaseTimeout, p.opts.Name, size, waited.Round(time.Millisecond), queued, creating, dying)
+	if cause := p.failedSince(since); cause != nil {
+		err = fmt.Errorf("%w; the last creation failed: %w", err, cause)
+	}
+	return err
 }
 
 // errAnotherPermit: takeReady's idle item failed judgement. The caller asks
@@ -391,10 +400,11 @@ const (
 	errExhausted
 	errCreate
 	errPrepare
+	errDown
 	numErrTypes
 )
 
-var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhausted", "create", "prepare"}
+var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhausted", "create", "prepare", "backend_down"}
 
 // String returns the error.type that pool.lease.errors records.
 func (t errType) String() string { return errTypeNames[t] }
@@ -408,6 +418,8 @@ func (p *Pool[T]) failedBy(ctx context.Context, t errType, err error) errType {
 		return errClosed
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return errCanceled
+	case errors.Is(err, ErrBackendDown):
+		return errDown
 	}
 	return t
 }

@@ -33,7 +33,7 @@ type metrics struct {
 	destroyed, destroyErrs, leaked    metric.Int64Counter
 	long                              metric.Int64Counter
 	allocated, available, active, que metric.Int64ObservableGauge
-	maxItems, minItems                metric.Int64ObservableGauge
+	maxItems, minItems, down          metric.Int64ObservableGauge
 	granted                           metric.Int64ObservableCounter
 	utilization                       metric.Float64ObservableGauge
 
@@ -93,9 +93,10 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	m.allocated = gauge("pool.items.allocated", "{item}", "Items the pool accounts for: leased, idle, being created or destroyed.")
 	m.available = gauge("pool.items.available", "{item}", "Idle items.")
 	m.active = gauge("pool.leases.active", "{lease}", "Items in use: leased, or being created or destroyed.")
-	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for an item, MaxSize being in use.")
+	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for an item, MaxSize being in use (or MaxConcurrentCreates being created).")
 	m.maxItems = gauge("pool.items.max", "{item}", "MaxSize now: the most items the pool lets exist. Saturation is pool.leases.active / pool.items.max.")
 	m.minItems = gauge("pool.items.min", "{item}", "MinSize: the idle floor the pool refills to.")
+	m.down = gauge("pool.backend.down", "1", "1 while the pool is down (FailFastAfter creations in a row failed, none succeeded since): leases that must create fail fast; else 0.")
 	m.utilization, err = meter.Float64ObservableGauge("pool.utilization", metric.WithUnit("1"),
 		metric.WithDescription("pool.leases.active / pool.items.allocated; 0 when nothing is allocated."))
 	check(err)
@@ -135,6 +136,11 @@ func registerGauges[T any](m *metrics, wp weak.Pointer[Pool[T]]) error {
 		o.ObserveInt64(m.que, int64(s.QueuedLeases), m.obs...)
 		o.ObserveInt64(m.maxItems, int64(s.MaxSize), m.obs...)
 		o.ObserveInt64(m.minItems, int64(s.MinSize), m.obs...)
+		down := int64(0)
+		if s.BackendDown {
+			down = 1
+		}
+		o.ObserveInt64(m.down, down, m.obs...)
 		o.ObserveInt64(m.granted, int64(s.Leases), m.obs...)
 		util := 0.0
 		if s.ItemsAllocated > 0 {
@@ -142,7 +148,7 @@ func registerGauges[T any](m *metrics, wp weak.Pointer[Pool[T]]) error {
 		}
 		o.ObserveFloat64(m.utilization, util, m.obs...)
 		return nil
-	}, m.allocated, m.available, m.active, m.que, m.maxItems, m.minItems, m.granted, m.utilization)
+	}, m.allocated, m.available, m.active, m.que, m.maxItems, m.minItems, m.down, m.granted, m.utilization)
 	if err != nil {
 		return fmt.Errorf("%w: MeterProvider: register the gauges' callback: %w", ErrInvalidOptions, err)
 	}

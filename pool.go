@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime"
 	"sync"
@@ -47,7 +48,8 @@ type Pool[T any] struct {
 	done   context.Context // canceled by Close: ends creations in flight
 	cancel context.CancelFunc
 
-	c counters
+	c      counters
+	health health // the creations' failures: FailFastAfter, ErrLeaseTimeout's cause
 
 	m     *metrics  // nil without a MeterProvider: see metrics.go
 	leaks *leakSink // what the entries' cleanups reach: see leaks.go
@@ -137,7 +139,8 @@ const (
 	// (a use_time sample, a lease reported as held): one load of
 	// entry.atEnd says.
 	releaseAccounts
-	// releaseSlowly: Reset runs, or the clock is read: releaseSlow.
+	// releaseSlowly: Reset runs, uses are counted, or the clock is read:
+	// releaseSlow.
 	releaseSlowly
 	// releaseTraced: releaseSlow, and then the Tracer sees the end.
 	releaseTraced
@@ -160,17 +163,18 @@ func routeFor[T any](o Options[T], withMetrics bool) route {
 	case withMetrics:
 		r.lease = leaseSampled
 	}
-	r.release = releaseWayFor(r, o.Reset != nil, withMetrics || watched)
+	r.release = releaseWayFor(r, o.Reset != nil || o.MaxUses > 0, withMetrics || watched)
 	return r
 }
 
-// releaseWayFor is the release way of the route r: accounts says that the
-// end of a lease may have something to account for.
-func releaseWayFor(r route, reset, accounts bool) releaseWay {
+// releaseWayFor is the release way of the route r: slow, that a release
+// runs Reset or counts uses; accounts, that the end of a lease may have
+// something to account for.
+func releaseWayFor(r route, slow, accounts bool) releaseWay {
 	switch {
 	case r.traced:
 		return releaseTraced
-	case r.stamped || reset:
+	case r.stamped || slow:
 		return releaseSlowly
 	case accounts:
 		return releaseAccounts
@@ -240,12 +244,15 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	if opts.LeakThreshold > 0 {
 		p.watcher = newWatcher(opts.LeakThreshold)
 	}
-	if opts.MinSize > 0 || opts.MinIdle > 0 {
+	if opts.MinSize > 0 || opts.MinIdle > 0 || opts.FailFastAfter > 0 {
 		p.asks = make(chan struct{}, 1)
 	}
 	p.self = weak.Make(p)
 	p.leaks = newLeakSink(p)
-	p.g.size, p.g.maxQueued = opts.MaxSize, opts.MaxQueuedLeases
+	p.g.size, p.g.maxQueued, p.g.maxCreating = opts.MaxSize, opts.MaxQueuedLeases, opts.MaxConcurrentCreates
+	if p.g.maxCreating == 0 {
+		p.g.maxCreating = math.MaxInt
+	}
 	p.g.slots.init()
 	p.setErrExhausted(opts.MaxSize)
 	p.sweepAt.Store(p.sweepEvery)
@@ -454,13 +461,14 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 // exhaustedErrs are the errors a refused lease returns: every item in use,
 // or other leases waiting already (TryLease), or MaxQueuedLeases waiting
 // already (Lease).
-type exhaustedErrs struct{ inUse, queue, queueFull error }
+type exhaustedErrs struct{ inUse, creating, queue, queueFull error }
 
 // setErrExhausted makes the errors a refused TryLease returns, naming size.
 func (p *Pool[T]) setErrExhausted(size int) {
 	p.exhausted.Store(&exhaustedErrs{
-		inUse: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, p.opts.Name, size),
-		queue: fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, p.opts.Name, size),
+		inUse:    fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, p.opts.Name, size),
+		creating: fmt.Errorf("%w: pool %q: no item is idle, and MaxConcurrentCreates (%d) items are being created", ErrExhausted, p.opts.Name, p.opts.MaxConcurrentCreates),
+		queue:    fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, p.opts.Name, size),
 		queueFull: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d) and MaxQueuedLeases (%d) leases are waiting already",
 			ErrExhausted, p.opts.Name, size, p.opts.MaxQueuedLeases),
 	})

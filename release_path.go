@@ -47,10 +47,15 @@ func (p *Pool[T]) releaseTraced(e *entry[T]) {
 	p.releaseSlow(e)
 }
 
-// releaseSlow is release in a pool with Reset, or one that stamps releases.
+// releaseSlow is release in a pool with Reset or MaxUses, or one that
+// stamps releases.
 func (p *Pool[T]) releaseSlow(e *entry[T]) {
 	if e.atEnd.Load() != 0 {
 		p.leaseEnded(e) // the lease ended with Release, before Reset
+	}
+	if p.usedUp(e) {
+		p.destroyLater(e, reasonUses, nil)
+		return
 	}
 	if p.opts.Reset != nil && !p.reset(e) {
 		return
@@ -187,4 +192,10 @@ func (p *Pool[T]) refusedWhy() reason {
 		return reasonClose
 	}
 	return reasonResize
+}
+
+// usedUp reports whether e's lease, just ended, was its MaxUses-th: gen
+// counts the ended leases.
+func (p *Pool[T]) usedUp(e *entry[T]) bool {
+	return p.opts.MaxUses > 0 && e.gen.Load() >= uint64(p.opts.MaxUses)
 }

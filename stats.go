@@ -26,9 +26,11 @@ type Stats struct {
 	// may count here, not in ItemsAvailable; their sum is exact.
 	ActiveLeases int
 	// QueuedLeases is the leases waiting now; it is above 0 only when
-	// ItemsAllocated has reached MaxSize or MaxConcurrentCreates items are
-	// being created.
+	// ItemsAllocated has reached MaxSize or Creating MaxConcurrentCreates.
 	QueuedLeases int
+	// Creating is the items being created now (counted in ActiveLeases and
+	// ItemsAllocated), at most MaxConcurrentCreates.
+	Creating int
 	// Destroying is the items whose Destroy the pool awaits now (at most
 	// DestroyTimeout each); they count in ActiveLeases and ItemsAllocated.
 	Destroying int
@@ -84,20 +86,19 @@ type Stats struct {
 // by leases (Leases, Waits and WaitTime live in the ring's slots).
 type counters struct {
 	timeouts, canceled, refused, prepareFail, createFails atomic.Uint64
-	// creating counts factory calls under way, for ErrLeaseTimeout's message.
-	creating   atomic.Int64
-	longLeases atomic.Uint64
+	longLeases                                            atomic.Uint64
 
 	// The item counts change (on creation and destruction only) and are read
 	// under mu, so that a snapshot keeps Stats' relations between them.
 	mu                                         sync.Mutex
 	created, destroyed, detached               uint64
 	idleExpired, lifetimeExpired, destroyFails uint64
+	usesExpired                                uint64
 }
 
 // Stats returns a snapshot of the pool's figures.
 func (p *Pool[T]) Stats() Stats {
-	held, idle, queued, size, dying, sums := p.g.counts()
+	held, idle, queued, size, creating, dying, sums := p.g.counts()
 	s := Stats{
 		Name:           p.opts.Name,
 		MinSize:        p.opts.MinSize,
@@ -112,15 +113,18 @@ func (p *Pool[T]) Stats() Stats {
 		Timeouts:       p.c.timeouts.Load(),
 		Canceled:       p.c.canceled.Load(),
 		Refused:        p.c.refused.Load(),
+		Creating:       creating,
 		Destroying:     dying,
 		PrepareFailed:  p.c.prepareFail.Load(),
 		CreateErrors:   p.c.createFails.Load(),
 		Leaked:         p.leaks.leaked.Load(),
 		LongLeases:     p.c.longLeases.Load(),
+		BackendDown:    p.health.down.Load(),
 	}
 	p.c.mu.Lock()
 	s.Created, s.Destroyed, s.Detached = p.c.created, p.c.destroyed, p.c.detached
 	s.IdleExpired, s.LifetimeExpired, s.DestroyErrors = p.c.idleExpired, p.c.lifetimeExpired, p.c.destroyFails
+	s.UsesExpired = p.c.usesExpired
 	p.c.mu.Unlock()
 	return s
 }

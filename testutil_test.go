@@ -194,9 +194,9 @@ func checkInvariants[T any](t testing.TB, p *Pool[T], live func() int64) bool {
 // while a shrink settles (0: MaxSize never changed). With bound =
 // max(s.MaxSize, ceiling), live, ActiveLeases, ItemsAvailable,
 // ItemsAllocated and Created - Destroyed - Detached must be at most bound,
-// and QueuedLeases > 0 means ItemsAllocated >= MaxSize: every permit is
+// and QueuedLeases > 0 means ItemsAllocated >= MaxSize (every permit is
 // held, and while a shrink settles more items than MaxSize may still be
-// out. With ceiling <= MaxSize these are checkInvariants' checks exactly
+// out) or creations are under way (with MaxConcurrentCreates, at its cap). With ceiling <= MaxSize these are checkInvariants' checks exactly
 // (ItemsAllocated <= MaxSize and >= MaxSize: equal).
 func checkStats(t testing.TB, s Stats, live func() int64, ceiling int) bool {
 	ok := true
@@ -216,7 +216,7 @@ func checkStats(t testing.TB, s Stats, live func() int64, ceiling int) bool {
 		t.Errorf("Created - Destroyed - Detached = %d, more than MaxSize %d (bound %d): %+v", n, s.MaxSize, bound, s)
 		ok = false
 	}
-	if s.QueuedLeases > 0 && s.ItemsAllocated < s.MaxSize {
+	if s.QueuedLeases > 0 && s.ItemsAllocated < s.MaxSize && s.Creating == 0 {
 		t.Errorf("%d leases queue while a permit is free: %+v", s.QueuedLeases, s)
 		ok = false
 	}
@@ -546,4 +546,11 @@ func hdHold(t *testing.T, p *Pool[*conn]) Lease[*conn] {
 func hdEventually(t *testing.T, cond func() bool, msg string, args ...any) {
 	t.Helper()
 	require.Eventually(t, cond, testWait, time.Millisecond, append([]any{msg}, args...)...)
+}
+
+// creatingNow is the turns to create taken now: the creations under way,
+// and those about to start or just ended.
+func creatingNow[T any](p *Pool[T]) int {
+	_, _, creating, _ := p.g.queueAndSize()
+	return creating
 }
