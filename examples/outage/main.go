@@ -248,8 +248,12 @@ func (t *tour) failFast(ctx context.Context) error {
 			}
 			sample = err
 		}
-		t.printf("  then %d leases at once: %d failed, in median %s, at most %s; dials meanwhile: %d\n",
-			burst, failed, round(median), round(durs[burst-1]), d.dials.Load()-dials)
+		whose := "" // without FailFastAfter, the leases' own
+		if ffa > 0 {
+			whose = " (the background probe's)"
+		}
+		t.printf("  then %d leases at once: %d failed, in median %s, at most %s; dials meanwhile: %d%s\n",
+			burst, failed, round(median), round(durs[burst-1]), d.dials.Load()-dials, whose)
 		t.printf("  errors.Is(err, pool.ErrBackendDown): %d of %d; errors.Is(err, syscall.ECONNREFUSED): %d of %d\n",
 			down, failed, refused, failed)
 		if sample != nil {
@@ -273,7 +277,11 @@ func (t *tour) failFast(ctx context.Context) error {
 }
 
 // coldStart: 50 leases at once on an empty pool, MaxSize 50, with
-// MaxConcurrentCreates 0 and createCap.
+// MaxConcurrentCreates 0 and createCap. Uncapped, every lease dials. Capped,
+// the leases past the cap wait in FIFO order and mostly take a connection
+// another lease released; those whose turn to dial came first (as the first
+// dials ended) dial too, so the total is somewhat above the cap, and the
+// cold start takes about two dials' time instead of one.
 func (t *tour) coldStart(ctx context.Context) error {
 	t.printf("--- 2. A cold start: %d concurrent leases, MaxSize %d ---\n", coldLeases, coldLeases)
 	if err := t.srv.start(); err != nil {
@@ -302,8 +310,8 @@ func (t *tour) coldStart(ctx context.Context) error {
 		if err := p.Close(); err != nil {
 			return err
 		}
-		t.printf("MaxConcurrentCreates %d: %d of %d leases served in %s; dials: %d, at most %d at once; server accepted %d\n",
-			limit, coldLeases-failed, coldLeases, round(elapsed), d.dials.Load(), d.peak.Load(), t.srv.accepted.Load()-accepted)
+		t.printf("MaxConcurrentCreates %d: %d of %d leases served in %s; dials: %d, at most %d at once; server accepted %d; leases that waited: %d\n",
+			limit, coldLeases-failed, coldLeases, round(elapsed), d.dials.Load(), d.peak.Load(), t.srv.accepted.Load()-accepted, p.Stats().Waits)
 		t.expect(failed == 0, "MaxConcurrentCreates %d: %d lease(s) failed: %v", limit, failed, errors.Join(errs...))
 		if limit > 0 {
 			t.expect(d.peak.Load() <= int64(limit), "MaxConcurrentCreates %d: %d dials in flight at once", limit, d.peak.Load())
@@ -382,8 +390,9 @@ func (t *tour) outageAndRestart(ctx context.Context, p *pool.Pool[net.Conn], d *
 		time.Sleep(time.Millisecond)
 	}
 	bound := upkeep + dialLatency
-	t.printf("first successful lease at T+%s; the bound, one backoff step (%v) and one dial (%v): %v; BackendDown: %t\n",
-		round(back), upkeep, dialLatency, bound, p.Stats().BackendDown)
+	t.printf("first successful lease at T+%s; BackendDown: %t\n", round(back), p.Stats().BackendDown)
+	t.printf("the bound, one backoff step (at most UpkeepInterval, %v) and one dial (%v): %v; within it: %t\n",
+		upkeep, dialLatency, bound, back <= bound)
 	t.printf("dials in flight at once, ever: %d (the probe dials alone)\n", d.peak.Load())
 	t.expect(d.peak.Load() == 1, "more than one dial in flight at once: %d", d.peak.Load())
 	return nil
