@@ -2,7 +2,9 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -116,6 +118,12 @@ func BenchmarkLeaseRelease(b *testing.B) {
 		defer done()
 		bnSequential(b, p)
 	})
+	b.Run("max-uses", func(b *testing.B) {
+		// A MaxUses no item reaches: every release counts its uses.
+		p, done := bnPool(b, Options[*conn]{MinSize: 16, MaxSize: 16, MaxUses: math.MaxInt})
+		defer done()
+		bnSequential(b, p)
+	})
 	b.Run("expiry", func(b *testing.B) {
 		// Limits far beyond the benchmark's run: every lease and release
 		// reads the clock and judges the item, and none expires.
@@ -212,6 +220,40 @@ func BenchmarkCreate(b *testing.B) {
 		l.Discard()
 	}
 	assert.Equal(b, uint64(b.N), p.Stats().Created-before, "a lease did not create")
+}
+
+// BenchmarkCreateCapped is BenchmarkCreate with MaxConcurrentCreates: what
+// taking and giving back a turn to create costs.
+func BenchmarkCreateCapped(b *testing.B) {
+	p, done := bnPool(b, Options[*conn]{MaxSize: 1, MaxConcurrentCreates: 1})
+	defer done()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := p.Lease(ctx)
+		if err != nil {
+			b.Fatalf("Lease: %v", err)
+		}
+		l.Discard()
+	}
+}
+
+// BenchmarkLeaseBackendDown measures a lease that fails fast: the pool is
+// down (FailFastAfter) and no item is idle.
+func BenchmarkLeaseBackendDown(b *testing.B) {
+	f := FactoryFunc[*conn](func(context.Context) (*conn, error) { return nil, errBoom })
+	p, err := New(context.Background(), f, Options[*conn]{MaxSize: 4, FailFastAfter: 1, UpkeepInterval: time.Hour})
+	require.NoError(b, err)
+	defer p.Close()
+	ctx := context.Background()
+	_, err = p.Lease(ctx) // the failure that puts the pool down
+	require.ErrorIs(b, err, errBoom)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err = p.Lease(ctx); !errors.Is(err, ErrBackendDown) {
+			b.Fatalf("Lease: %v, want ErrBackendDown", err)
+		}
+	}
 }
 
 // BenchmarkLeaseReleaseObserved measures what observability costs a

@@ -301,8 +301,7 @@ func (p *Pool[T]) fill(count fillCount, n int, who string) bool {
 // calls the factory.
 func (p *Pool[T]) createIdle(who string) (ok bool) {
 	if who != probe && p.health.down.Load() {
-		p.g.createEnded()
-		p.g.free()
+		p.g.freeBare()
 		return false
 	}
 	var e *entry[T]

@@ -219,8 +219,10 @@
 //
 // # When leases time out
 //
-// [ErrLeaseTimeout] says that every item stayed in use for LeaseTimeout:
-// the load needs more than MaxSize items, or something holds them too long.
+// [ErrLeaseTimeout] says that every item stayed in use for LeaseTimeout
+// (or that creations stayed at MaxConcurrentCreates, when its message says
+// so): the load needs more than MaxSize items, or something holds them too
+// long.
 // Look at [Pool.Stats] (ActiveLeases against MaxSize, QueuedLeases,
 // Timeouts, Leaked, LongLeases), then [Pool.Outstanding] (the leases out
 // now, oldest first, with their ages and, with TrackLeaseSites, their

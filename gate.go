@@ -212,23 +212,7 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 	}
 	var ok bool
 	if e, ok = g.acquireLocked(); ok || wait == noWait {
-		switch {
-		case !ok && g.waiters.n > 0:
-			a = refusedQueue
-		case !ok && g.held < g.size:
-			a = refusedCreating
-		case !ok:
-			a = refusedInUse
-		case e == nil:
-			a = admitBare
-		case e.era != g.slots.era.Load():
-			a = admitRetired
-		default:
-			a = admitted
-			if completes {
-				g.fastLeases++
-			}
-		}
+		a = g.admissionLocked(e, ok, completes)
 		g.unlock()
 		return e, nil, a
 	}
@@ -253,6 +237,27 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 	}
 	g.unlock()
 	return nil, w, queued
+}
+
+// admissionLocked is the admission of a lease that acquireLocked gave e
+// (ok), or refused when it would not wait. Caller holds g.mu.
+func (g *gate[T]) admissionLocked(e *entry[T], ok, completes bool) admission {
+	switch {
+	case !ok && g.waiters.n > 0:
+		return refusedQueue
+	case !ok && g.held < g.size:
+		return refusedCreating
+	case !ok:
+		return refusedInUse
+	case e == nil:
+		return admitBare
+	case e.era != g.slots.era.Load():
+		return admitRetired
+	}
+	if completes {
+		g.fastLeases++
+	}
+	return admitted
 }
 
 // newWaiter: caller holds g.mu, preemptible.

@@ -257,8 +257,12 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 func (p *Pool[T]) timeoutError(since int64) error {
 	waited := time.Duration(monotime() - since)
 	queued, size, creating, dying := p.g.queueAndSize()
-	err := fmt.Errorf("%w: pool %q: every item stayed in use (MaxSize %d) for %v; %d leases waiting, %d items being created, %d being destroyed",
-		ErrLeaseTimeout, p.opts.Name, size, waited.Round(time.Millisecond), queued, creating, dying)
+	what := fmt.Sprintf("every item stayed in use (MaxSize %d)", size)
+	if creating >= p.g.maxCreating {
+		what = fmt.Sprintf("no item came free, and the creations stayed at MaxConcurrentCreates (%d)", creating)
+	}
+	err := fmt.Errorf("%w: pool %q: %s for %v; %d leases waiting, %d items being created, %d being destroyed",
+		ErrLeaseTimeout, p.opts.Name, what, waited.Round(time.Millisecond), queued, creating, dying)
 	if cause := p.failedSince(since); cause != nil {
 		err = fmt.Errorf("%w; the last creation failed: %w", err, cause)
 	}
