@@ -435,7 +435,8 @@ func (p *Pool[T]) sparesRound() bool {
 }
 
 // seedRound runs up to seedParallelism fills at once toward MinSize items,
-// and reports false when a creation failed.
+// and reports false when a creation failed or the fills stopped short,
+// leases waiting for a turn to create while a permit was free.
 func (p *Pool[T]) seedRound() bool {
 	var failed atomic.Bool
 	var wg sync.WaitGroup
@@ -457,7 +458,7 @@ func (p *Pool[T]) seedRound() bool {
 		}
 	}
 	wg.Wait()
-	return !failed.Load()
+	return !failed.Load() && !p.g.short(p.opts.MinSize)
 }
 
 func (p *Pool[T]) backoffLimit() time.Duration {

@@ -597,6 +597,15 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	return true
 }
 
+// short reports whether fewer than n items exist (but the dying) while a
+// permit is free, on an open gate: a fill stopped by waiting leases, or by
+// the creations' cap, before MaxSize did.
+func (g *gate[T]) short(n int) bool {
+	g.lock()
+	defer g.unlock()
+	return !g.closed && g.alive() < n && g.held+g.idle.len() < g.size
+}
+
 // unparkLocked moves every parked entry to a waiter or the idle queue,
 // where sweeps see it. Caller holds g.mu.
 func (g *gate[T]) unparkLocked() {
