@@ -8,11 +8,14 @@ import (
 )
 
 // Lease returns a leased item. It reuses an idle item, creates one when
-// fewer than MaxSize exist, or waits in FIFO order for one to be released.
-// The wait ends with ErrLeaseTimeout after Options.LeaseTimeout, with
-// ctx.Err() when ctx ends first, and with ErrClosed when the pool closes. A
-// ctx already ended gets ctx.Err() at once, even when an item is idle. A
-// failed creation or preparation of a fresh item returns its error, wrapped.
+// fewer than MaxSize exist (and fewer than MaxConcurrentCreates are being
+// created), or waits in FIFO order for one to be released or for its turn
+// to create. The wait ends with ErrLeaseTimeout after Options.LeaseTimeout,
+// with ctx.Err() when ctx ends first, and with ErrClosed when the pool
+// closes. A ctx already ended gets ctx.Err() at once, even when an item is
+// idle. A failed creation or preparation of a fresh item returns its error,
+// wrapped; while the pool is down (Options.FailFastAfter), a lease that
+// would create fails at once with ErrBackendDown.
 // The caller must end the lease: defer l.Release(). Lease panics when ctx
 // is nil.
 func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {

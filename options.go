@@ -214,8 +214,9 @@ type Options[T any] struct {
 	// Release or Discard, on expiry or in the background), a creation whose
 	// lease gave up on it, and the background's creations (seeding, Clear's
 	// refill, MinIdle's spares, the upkeep's) and the upkeep's checks; and
-	// the long leases of LeakThreshold. nil: not logged (still counted in
-	// Stats).
+	// the long leases of LeakThreshold; with FailFastAfter, a Warn when the
+	// pool goes down and an Info when it comes back. nil: not logged (still
+	// counted in Stats).
 	Logger *slog.Logger `json:"-"`
 }
 
