@@ -206,7 +206,17 @@ func bnAwaitQueued(ctx context.Context, p *Pool[*conn]) {
 // BenchmarkCreate measures the creation path: every lease creates an item
 // (Discard destroys it), with a ctx that cannot end, as most callers pass.
 func BenchmarkCreate(b *testing.B) {
-	p, done := bnPool(b, Options[*conn]{MaxSize: 1})
+	bnCreate(b, Options[*conn]{MaxSize: 1})
+}
+
+// BenchmarkCreateCapped is BenchmarkCreate with MaxConcurrentCreates: what
+// taking and giving back a turn to create costs.
+func BenchmarkCreateCapped(b *testing.B) {
+	bnCreate(b, Options[*conn]{MaxSize: 1, MaxConcurrentCreates: 1})
+}
+
+func bnCreate(b *testing.B, opts Options[*conn]) {
+	p, done := bnPool(b, opts)
 	defer done()
 	ctx := context.Background()
 	before := p.Stats().Created
@@ -220,22 +230,6 @@ func BenchmarkCreate(b *testing.B) {
 		l.Discard()
 	}
 	assert.Equal(b, uint64(b.N), p.Stats().Created-before, "a lease did not create")
-}
-
-// BenchmarkCreateCapped is BenchmarkCreate with MaxConcurrentCreates: what
-// taking and giving back a turn to create costs.
-func BenchmarkCreateCapped(b *testing.B) {
-	p, done := bnPool(b, Options[*conn]{MaxSize: 1, MaxConcurrentCreates: 1})
-	defer done()
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		l, err := p.Lease(ctx)
-		if err != nil {
-			b.Fatalf("Lease: %v", err)
-		}
-		l.Discard()
-	}
 }
 
 // BenchmarkLeaseBackendDown measures a lease that fails fast: the pool is
