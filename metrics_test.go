@@ -387,6 +387,39 @@ func TestMetricsCanceledCreation(t *testing.T) {
 		mtWant{mtAttrs("impatient"), 1})
 }
 
+// TestMetricsBackendDownAndMaxUses: pool.backend.down is 1 while the pool
+// is down and 0 once the probe succeeded; a lease that failed fast counts
+// as error.type backend_down, and an item retired by MaxUses as reason
+// max_uses.
+func TestMetricsBackendDownAndMaxUses(t *testing.T) {
+	mp, r := mtProvider(t)
+	p, tr := newTracked(t, Options[*conn]{Name: "outage", MaxSize: 2, FailFastAfter: 1, MaxUses: 1,
+		UpkeepInterval: 16 * time.Millisecond, MeterProvider: mp})
+	set := mtAttrs("outage")
+	down := func() int64 {
+		return mtCollect(t, r).mtGauge(t, "pool.backend.down", "1")[set.Equivalent()]
+	}
+	assert.Zero(t, down())
+	tr.setFail(errBoom)
+	_, err := p.Lease(context.Background()) // the failure that puts the pool down
+	require.ErrorIs(t, err, errBoom)
+	_, err = p.Lease(context.Background())
+	require.ErrorIs(t, err, ErrBackendDown)
+	assert.EqualValues(t, 1, down())
+
+	tr.setFail(nil)
+	require.Eventually(t, func() bool { return p.Stats().ItemsAvailable == 1 }, testWait, time.Millisecond, "the probe's item")
+	assert.Zero(t, down())
+	mustLease(t, p).Release() // its one use: destroyed
+	awaitDestroys(t, p)
+
+	c := mtCollect(t, r)
+	mtAssertPoints(t, "pool.lease.errors", c.mtCounter(t, "pool.lease.errors", "{error}"),
+		mtWant{mtAttrs("outage", "error.type", "create"), 1}, mtWant{mtAttrs("outage", "error.type", "backend_down"), 1})
+	mtAssertPoints(t, "pool.items.destroyed", c.mtCounter(t, "pool.items.destroyed", "{item}"),
+		mtWant{mtAttrs("outage", "reason", "max_uses"), 1})
+}
+
 // TestMetricsTwoPoolsReportSeparately checks that pool.name keeps two pools
 // on one provider apart.
 func TestMetricsTwoPoolsReportSeparately(t *testing.T) {
