@@ -377,6 +377,7 @@ type fzItem struct {
 	created, idleAt int64 // on the pool's clock
 	checkedAt       int64 // the upkeep's last successful check, on the pool's clock
 	checked         bool  // the Preparer has accepted it once
+	uses            int   // its leases
 }
 
 // fzLeaseRec is one lease in the model; every handle to it shares it.
@@ -455,7 +456,7 @@ type fzGot struct {
 // fzModel is the documented pool, sequential and counted by hand.
 type fzModel struct {
 	maxSize, minSize                         int
-	minIdle, maxQueued                       int
+	minIdle, maxQueued, maxUses              int
 	idleTimeout, maxLifetime, checkAfterIdle int64
 	prep, reset, leaseTimeout                bool
 	judge, stamp, plain                      bool
@@ -637,6 +638,7 @@ func (m *fzModel) retired(id int) bool { return m.items[id].era != m.era }
 // the slot on the fast path asks for spares (see lease).
 func (m *fzModel) leased(id int, asks bool) fzOutcome {
 	m.st.Leases++
+	m.items[id].uses++
 	if asks && m.minIdle > 0 {
 		m.sparesAsked = true
 	}
@@ -653,7 +655,7 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 	if !m.bypass() && m.slot != 0 { // the fast path: this processor's slot
 		id := m.slot
 		m.slot = 0
-		if m.plain { // nothing to judge or record: the lease asks for no spares
+		if m.plain { // nothing to judge: the lease asks for no spares
 			return m.leased(id, false)
 		}
 		return m.obtain(nil, id, try)
@@ -923,6 +925,8 @@ func (m *fzModel) endDestroys() (failed int) {
 			m.st.IdleExpired++
 		case reasonLifetime:
 			m.st.LifetimeExpired++
+		case reasonUses:
+			m.st.UsesExpired++
 		}
 		if f := m.next(&m.plan.destroy); f == fzFail || f == fzBoom {
 			m.st.DestroyErrors++
@@ -960,6 +964,10 @@ func (m *fzModel) release(rec *fzLeaseRec) fzOutcome {
 	id := rec.id
 	if m.retired(id) { // leased before a Clear: retired, not reset or reused
 		m.toDestroy(id, reasonClear)
+		return fzOutcome{}
+	}
+	if m.maxUses > 0 && m.items[id].uses >= m.maxUses { // its last lease: not reset
+		m.toDestroy(id, reasonUses)
 		return fzOutcome{}
 	}
 	if m.reset {
@@ -1218,6 +1226,7 @@ const (
 	fzUpkeepInterval = time.Hour // never elapses during a script
 	fzMaxOps         = 300
 	fzMaxTimeouts    = 8
+	fzMaxUses        = 2 // MaxUses, when the extended configuration sets it
 )
 
 // fzConfig is a script's configuration, as its first bytes give it.
@@ -1260,19 +1269,22 @@ func fzConfigOf(script []byte) (fzConfig, []byte) {
 //
 // The extended configurations: when the first byte's top two bits are 11
 // (192–255), a third byte follows: MinIdle from its low three bits (modulo
-// MaxSize + 1), MaxQueuedLeases 0–3 from the next two, and the upkeep from
-// the next (the top two are left for later). The committed scripts that
+// MaxSize + 1), MaxQueuedLeases 0–3 from the next two, the upkeep from the
+// next, and MaxUses fzMaxUses from the next (the top one is left for later). The committed scripts that
 // had their first byte there were rewritten with one in 0–127 that
 // decodes to the same MaxSize and MinSize.
 func newFzRun(t *testing.T, c fzConfig) *fzRun {
 	maxSize := 1 + int(c.c0%4)
 	minSize := int(c.c0>>2) % (maxSize + 1)
 	upkeep := c.c0>>6 == 2
-	var minIdle, maxQueued int
+	var minIdle, maxQueued, maxUses int
 	if c.extended {
 		minIdle = int(c.c2&7) % (maxSize + 1)
 		maxQueued = int(c.c2>>3) & 3
 		upkeep = c.c2&32 != 0
+		if c.c2&64 != 0 {
+			maxUses = fzMaxUses
+		}
 	}
 	c1 := c.c1
 	sch := &fzScheduled{}
@@ -1280,8 +1292,8 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 	f.max = 4 // the largest MaxSize a script can set
 	f.decide = sch.decide
 	f.on.Store(true)
-	opts := Options[*faultItem]{Name: "fuzz", MaxSize: maxSize, MinSize: minSize, MaxQueuedLeases: maxQueued, Destroy: f.destroy}
-	m := &fzModel{maxSize: maxSize, minSize: minSize, minIdle: minIdle, maxQueued: maxQueued, items: map[int]*fzItem{}, upkeep: upkeep}
+	opts := Options[*faultItem]{Name: "fuzz", MaxSize: maxSize, MinSize: minSize, MaxQueuedLeases: maxQueued, MaxUses: maxUses, Destroy: f.destroy}
+	m := &fzModel{maxSize: maxSize, minSize: minSize, minIdle: minIdle, maxQueued: maxQueued, maxUses: maxUses, items: map[int]*fzItem{}, upkeep: upkeep}
 	if upkeep {
 		opts.UpkeepInterval = fzUpkeepInterval
 	}
@@ -1315,7 +1327,7 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 	}
 	m.judge = m.prep || m.idleTimeout > 0 || m.maxLifetime > 0
 	m.stamp = m.idleTimeout > 0 || m.maxLifetime > 0 || m.prep && m.checkAfterIdle > 0
-	m.plain = !m.judge && !opts.TrackLeaseSites
+	m.plain = !m.judge
 
 	p, err := New[*faultItem](context.Background(), f, opts)
 	if err != nil {
@@ -1976,8 +1988,11 @@ func fzExtScript(maxSize, minSize int, c1, c2 byte, ops ...byte) []byte {
 	return append([]byte{fzExtCfg(maxSize, minSize), c1, c2}, ops...)
 }
 
+// fzUses sets MaxUses fzMaxUses in the third configuration byte.
+const fzUses = 64
+
 // fzExt is the third configuration byte, for MinIdle minIdle,
-// MaxQueuedLeases maxQueued (0–3) and the upkeep.
+// MaxQueuedLeases maxQueued (0–3) and the upkeep (or it with fzUses).
 func fzExt(minIdle, maxQueued int, upkeep bool) byte {
 	c := byte(minIdle) | byte(maxQueued)<<3
 	if upkeep {
@@ -2123,6 +2138,11 @@ func FuzzPool(f *testing.F) {
 		// refills past it; a resize below the items alive while one dies.
 		fzExtScript(3, 1, fzIdle|fzPrep, fzExt(2, 2, true), opTime, 11, opUpkeep, fzArgUpkeep, opLease, 0, opLease, 0, opLease, 0,
 			opLease, 0, opPrep, 1, opRelease, 0, opResize, fzArgResize(1), opRelease, 1, opRelease, 2, opResize, fzArgResize(3), opLease, 0),
+		// MaxUses 2 with Reset: the second release destroys the item without
+		// a Reset, a waiter then creates; Discard and Clear still count
+		// as their own reasons.
+		fzExtScript(1, 0, fzReset|fzMetrics, fzExt(0, 0, false)|fzUses, opLease, 0, opRelease, 0, opLease, 0, opLease, 0,
+			opRelease, 1, opLease, 0, opRelease, 2, opLease, 0, opClear, 0, opRelease, 3, opLease, 0, opDiscard, 4),
 	}
 	for _, s := range seeds {
 		f.Add(s)
