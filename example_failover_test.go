@@ -45,7 +45,9 @@ func ExamplePool_Do() {
 }
 
 // ExampleLease_Uses recycles a connection after three uses: a server that
-// leaks memory per session, say.
+// leaks memory per session, say. Options.MaxUses does the same for every
+// lease (ExampleOptions_maxUses); Uses lets the caller decide lease by
+// lease.
 func ExampleLease_Uses() {
 	p, err := pool.New(context.Background(), &exServer{}, pool.Options[*exConn]{MaxSize: 1})
 	if err != nil {
