@@ -887,3 +887,116 @@ func TestPeerGoesSilentMidLease(t *testing.T) {
 	assert.Zero(t, s.Waits, "no lease waited, behind the silent Destroy or otherwise: %+v", s)
 	assert.Equal(t, uint64(1), s.Destroyed, "%+v", s)
 }
+
+// tcpCounted is a tcpFactory that counts its dials in flight and the most
+// at once.
+type tcpCounted struct {
+	tcpFactory
+	inFlight, peak atomic.Int64
+}
+
+func (f *tcpCounted) Create(ctx context.Context) (*tcpClient, error) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for m := f.peak.Load(); n > m && !f.peak.CompareAndSwap(m, n); m = f.peak.Load() {
+	}
+	return f.tcpFactory.Create(ctx)
+}
+
+// TestTCPOutage takes 16 goroutines of requests through a real server's
+// cold start, its stop and its restart on the same address, with
+// MaxConcurrentCreates 2 and FailFastAfter 2 ("When the backend is down"):
+// never more than 2 dials at once; while the server is down, leases fail
+// with the kernel's ECONNREFUSED, and once the pool is down wrapped in
+// ErrBackendDown, without dialing, but for the probe; requests succeed
+// again within one backoff step (UpkeepInterval) of the restart.
+func TestTCPOutage(t *testing.T) {
+	const workers, maxCreating, backoffCap = 16, 2, 100 * time.Millisecond
+	srv := tcpStartServer(t)
+	f := &tcpCounted{tcpFactory: tcpFactory{addr: srv.addr}}
+	p, err := pool.New[*tcpClient](context.Background(), f, pool.Options[*tcpClient]{
+		Name: "outage", MaxSize: 8, MaxConcurrentCreates: maxCreating, FailFastAfter: 2,
+		UpkeepInterval: backoffCap, LeaseTimeout: tcpWait, CreateTimeout: tcpWait,
+		PreparationTimeout: tcpWait, Preparer: &tcpRedialer{},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+
+	// request sends one request, and reports the lease's error.
+	request := func(id int) error {
+		return p.Do(context.Background(), func(c *tcpClient) error {
+			if _, err := c.do(fmt.Sprintf("req:%d", id)); err != nil {
+				return fmt.Errorf("%w: %w", pool.ErrBroken, err)
+			}
+			return nil
+		})
+	}
+	// load runs the workers' requests until stop, and returns their errors.
+	load := func(stop <-chan struct{}) <-chan error {
+		errs := make(chan error, 1<<16)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := request(w*1_000_000 + i); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		go func() { wg.Wait(); close(errs) }()
+		return errs
+	}
+
+	// A cold start under load: the dials come at most 2 at once.
+	stop := make(chan struct{})
+	errs := load(stop)
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	for err := range errs {
+		t.Errorf("a request with the server up: %v", err)
+	}
+	assert.LessOrEqual(t, f.peak.Load(), int64(maxCreating), "dials at once")
+
+	// The server stops: every failure is the kernel's refusal, and once the
+	// pool is down the leases stop dialing, the probe dialing alone.
+	require.Positive(t, srv.stop())
+	f.peak.Store(0)
+	stop = make(chan struct{})
+	errs = load(stop)
+	require.Eventually(t, func() bool { return p.Stats().BackendDown }, tcpWait, time.Millisecond)
+	f.peak.Store(f.inFlight.Load()) // from here on only the probe dials
+	dialsWhenDown := p.Stats().CreateErrors
+	time.Sleep(250 * time.Millisecond)
+	// The probe dials at once, then 6.25, 12.5, 25, 50 and 100 ms apart.
+	assert.LessOrEqual(t, p.Stats().CreateErrors-dialsWhenDown, uint64(6), "the probe's dials in 250 ms")
+	assert.LessOrEqual(t, f.peak.Load(), int64(1), "while down, the probe dials alone")
+	close(stop)
+	var down int
+	for err := range errs {
+		if errors.Is(err, pool.ErrBroken) {
+			continue // a request on a connection whose hang-up the check had not seen yet
+		}
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		if errors.Is(err, pool.ErrBackendDown) {
+			down++
+		}
+	}
+	assert.Positive(t, down, "leases failed fast with ErrBackendDown")
+
+	// The server is back on the same address: a request succeeds within one
+	// backoff step of the probe, plus a dial and slack for a loaded host.
+	require.NoError(t, srv.start())
+	back := time.Now()
+	for request(-1) != nil {
+		require.Less(t, time.Since(back), backoffCap+2*time.Second, "no request succeeded after the restart")
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("a request succeeded %v after the restart", time.Since(back).Round(time.Millisecond))
+	assert.False(t, p.Stats().BackendDown)
+}
