@@ -16,7 +16,7 @@ import (
 // call until its item is handed on or the creation fails and frees it;
 // exactly one of caller and creating goroutine owns it at any instant
 // (creation.state). Its turn to create (gate.creating) ends with the
-// factory call, or with create or createIdle when they do not call it. The
+// factory call, or with create when it does not call it. The
 // factory's context keeps the caller's values, not its cancellation;
 // CreateTimeout bounds it and Close cancels it.
 
@@ -285,25 +285,26 @@ const (
 )
 
 // fill creates idle items one at a time while tryAcquireFill allows, and
-// reports false when a creation failed. who is for the log.
+// reports false when a creation failed or the pool is down (only the probe
+// creates then). who is for the log.
 func (p *Pool[T]) fill(count fillCount, n int, who string) bool {
-	for p.g.tryAcquireFill(n, count) {
+	for {
+		if p.health.down.Load() {
+			return false
+		}
+		if !p.g.tryAcquireFill(n, count) {
+			return true
+		}
 		if !p.createIdle(who) {
 			return false
 		}
 	}
-	return true
 }
 
 // createIdle creates an item for the caller's bare permit and puts it
 // idle, or hands it to the oldest waiter; on failure, panic or Goexit it
-// frees the permit and reports false. While the pool is down only the probe
-// calls the factory.
+// frees the permit and reports false.
 func (p *Pool[T]) createIdle(who string) (ok bool) {
-	if who != probe && p.health.down.Load() {
-		p.g.freeBare()
-		return false
-	}
 	var e *entry[T]
 	defer func() {
 		if e == nil {
@@ -424,11 +425,8 @@ func (p *Pool[T]) probeRound() bool {
 	if !p.health.down.Load() {
 		return true
 	}
-	return p.g.tryAcquireFill(1, probeItem) && p.createIdle(probe)
+	return p.g.tryAcquireFill(1, probeItem) && p.createIdle("probe")
 }
-
-// probe is the probe's name in the log, and what lets it create while down.
-const probe = "probe"
 
 func (p *Pool[T]) sparesRound() bool {
 	return p.fill(idleItems, p.opts.MinIdle, "spares")
@@ -474,8 +472,8 @@ const maxSeedBackoff = 30 * time.Second
 // # Fail fast while the backend is down
 //
 // With FailFastAfter, FailFastAfter failed creations in a row put the pool
-// down, and the next success brings it up. While down, create and createIdle
-// fail at once, but for the filler's probe. The last failure stays for
+// down, and the next success brings it up. While down, create fails at once
+// and fill stops: only the filler's probe creates. The last failure stays for
 // ErrBackendDown and ErrLeaseTimeout to wrap.
 
 // health is what FailFastAfter and ErrLeaseTimeout read of the creations.
