@@ -481,6 +481,7 @@ type health struct {
 	inARow atomic.Int64 // failed creations since the last success
 	last   atomic.Pointer[failedCreation]
 	down   atomic.Bool
+	downAt atomic.Int64 // monotime, written before down is set
 }
 
 type failedCreation struct {
@@ -491,9 +492,14 @@ type failedCreation struct {
 // createFailed records a creation's failure; the one that puts the pool
 // down logs it and asks for the probe.
 func (p *Pool[T]) createFailed(err error) {
-	p.health.last.Store(&failedCreation{err: err, at: monotime()})
+	at := monotime()
+	p.health.last.Store(&failedCreation{err: err, at: at})
 	n := p.health.inARow.Add(1)
-	if after := p.opts.FailFastAfter; after > 0 && n >= int64(after) && p.health.down.CompareAndSwap(false, true) {
+	if after := p.opts.FailFastAfter; after > 0 && n >= int64(after) && !p.health.down.Load() {
+		p.health.downAt.Store(at)
+		if !p.health.down.CompareAndSwap(false, true) {
+			return
+		}
 		p.logErr(slog.LevelWarn, fmt.Sprintf("backend down: %d creations in a row failed; leases that must create fail fast until a creation in the background succeeds", n), err)
 		p.ask(wantProbe)
 	}
@@ -505,7 +511,8 @@ func (p *Pool[T]) createSucceeded() {
 		p.health.inARow.Store(0)
 	}
 	if p.health.down.Load() && p.health.down.CompareAndSwap(true, false) {
-		p.logErr(slog.LevelInfo, "backend up: a creation succeeded; leases create items again", nil)
+		down := time.Duration(monotime() - p.health.downAt.Load()).Round(time.Millisecond)
+		p.logErr(slog.LevelInfo, fmt.Sprintf("backend up after %v down: a creation succeeded; leases create items again", down), nil)
 	}
 }
 
