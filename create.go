@@ -208,8 +208,13 @@ func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
 		return nil, p.errClosed // no factory call starts once Close has begun
 	}
 	e, err := p.newEntry(cctx)
-	if err != nil && p.done.Err() != nil {
-		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+	switch {
+	case err == nil:
+		p.createSucceeded()
+	case p.done.Err() != nil:
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err) // Close's cancellation: not the backend
+	default:
+		p.createFailed(err)
 	}
 	return e, err
 }
@@ -222,13 +227,8 @@ func (p *Pool[T]) newEntry(ctx context.Context) (*entry[T], error) {
 		err = fmt.Errorf("the factory returned a nil %v and no error", reflect.TypeFor[T]())
 	}
 	if err != nil {
-		err = fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
-		if p.done.Err() == nil { // not Close's cancellation
-			p.createFailed(err)
-		}
-		return nil, err
+		return nil, fmt.Errorf("pool %q: create item: %w", p.opts.Name, err)
 	}
-	p.createSucceeded()
 	p.c.mu.Lock()
 	p.c.created++
 	p.c.mu.Unlock()
@@ -472,7 +472,8 @@ const maxSeedBackoff = 30 * time.Second
 // # Fail fast while the backend is down
 //
 // With FailFastAfter, FailFastAfter failed creations in a row put the pool
-// down, and the next success brings it up. While down, create fails at once
+// down, and the next success brings it up; New's own seeding, which fails
+// New, does not count. While down, create fails at once
 // and fill stops: only the filler's probe creates. The last failure stays for
 // ErrBackendDown and ErrLeaseTimeout to wrap.
 
