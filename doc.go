@@ -255,8 +255,8 @@
 //
 // Without FailFastAfter, [ErrLeaseTimeout] still says why no item came: it
 // wraps the last creation error when one failed during the wait.
-// examples/outage shows the three at work against a server it stops and
-// restarts.
+// examples/outage shows FailFastAfter and MaxConcurrentCreates at work
+// against a server it stops and restarts.
 //
 // # Upkeep
 //
