@@ -85,13 +85,15 @@ type skConfig struct {
 	destroyTimeout time.Duration // DestroyTimeout, always set: it ends the hangs of Destroy
 	minIdle        int           // MinIdle; 0: none
 	maxQueued      int           // MaxQueuedLeases; 0: no cap
+	maxCreating    int           // MaxConcurrentCreates; 0: no cap
+	maxUses        int           // MaxUses; 0: no limit
 	metrics        bool          // an SDK MeterProvider, whose counters are checked at the end
 }
 
 // skConfigure derives the i-th half's configuration from the base seed.
-// LeaseTimeout, CheckAfterIdle, the upkeep, MinIdle and MaxQueuedLeases
-// are on in one half and off in the other (which one is the seed's
-// choice), so every run sees both.
+// LeaseTimeout, CheckAfterIdle, the upkeep, MinIdle, MaxQueuedLeases,
+// MaxConcurrentCreates and MaxUses are on in one half and off in the other
+// (which one is the seed's choice), so every run sees both.
 func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 	r := rand.New(rand.NewPCG(base, uint64(i)))
 	cfg := skConfig{
@@ -117,6 +119,12 @@ func skConfigure(base uint64, i int, mode string, run time.Duration) skConfig {
 	}
 	if (base&16 == 16) == (i == 0) {
 		cfg.maxQueued = 1 + r.IntN(skWorkers/2)
+	}
+	if (base&32 == 32) == (i == 0) {
+		cfg.maxCreating = 1 + r.IntN(3)
+	}
+	if (base&64 == 64) == (i == 0) {
+		cfg.maxUses = 2 + r.IntN(20)
 	}
 	return cfg
 }
@@ -239,21 +247,23 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		return k
 	}
 	opts := Options[*faultItem]{
-		Name:            "soak-" + cfg.mode,
-		MinSize:         skMinSize,
-		MaxSize:         skMaxSize,
-		LeaseTimeout:    cfg.leaseTimeout,
-		IdleTimeout:     cfg.idleTimeout,
-		MaxLifetime:     cfg.maxLifetime,
-		Preparer:        f,
-		CheckAfterIdle:  cfg.checkAfterIdle,
-		Reset:           f.reset,
-		Destroy:         f.destroy,
-		DestroyTimeout:  cfg.destroyTimeout,
-		UpkeepInterval:  cfg.upkeep,
-		MinIdle:         cfg.minIdle,
-		MaxQueuedLeases: cfg.maxQueued,
-		Logger:          f.logger(),
+		Name:                 "soak-" + cfg.mode,
+		MinSize:              skMinSize,
+		MaxSize:              skMaxSize,
+		LeaseTimeout:         cfg.leaseTimeout,
+		IdleTimeout:          cfg.idleTimeout,
+		MaxLifetime:          cfg.maxLifetime,
+		Preparer:             f,
+		CheckAfterIdle:       cfg.checkAfterIdle,
+		Reset:                f.reset,
+		Destroy:              f.destroy,
+		DestroyTimeout:       cfg.destroyTimeout,
+		UpkeepInterval:       cfg.upkeep,
+		MinIdle:              cfg.minIdle,
+		MaxQueuedLeases:      cfg.maxQueued,
+		MaxUses:              cfg.maxUses,
+		MaxConcurrentCreates: cfg.maxCreating,
+		Logger:               f.logger(),
 	}
 	if cfg.metrics {
 		s.reader = sdkmetric.NewManualReader()
@@ -744,8 +754,13 @@ func (s *skRun) check() {
 	}
 	s.c.checks.Add(1)
 	ok := s.sizes.check(s.t, s.f.inExistence)
-	if st := s.p.Stats(); s.cfg.maxQueued > 0 && st.QueuedLeases > s.cfg.maxQueued+skMaxSize {
+	st := s.p.Stats()
+	if s.cfg.maxQueued > 0 && st.QueuedLeases > s.cfg.maxQueued+skMaxSize {
 		s.t.Errorf("%d leases queue, past MaxQueuedLeases %d and the requeued: %+v", st.QueuedLeases, s.cfg.maxQueued, st)
+		ok = false
+	}
+	if s.cfg.maxCreating > 0 && st.Creating > s.cfg.maxCreating {
+		s.t.Errorf("%d items being created, past MaxConcurrentCreates %d: %+v", st.Creating, s.cfg.maxCreating, st)
 		ok = false
 	}
 	if !ok {
@@ -1065,6 +1080,7 @@ func (s *skRun) verifyMetrics(st Stats) {
 	assert.EqualValues(t, st.Destroyed, destroyed, "pool.items.destroyed")
 	assert.EqualValues(t, st.IdleExpired, reasons["idle"], "pool.items.destroyed{reason=idle}")
 	assert.EqualValues(t, st.LifetimeExpired, reasons["lifetime"], "pool.items.destroyed{reason=lifetime}")
+	assert.EqualValues(t, st.UsesExpired, reasons["max_uses"], "pool.items.destroyed{reason=max_uses}")
 	_, prepErrs := skCounter(rm, "pool.preparation.errors", "")
 	assert.EqualValues(t, st.PrepareFailed, prepErrs, "pool.preparation.errors")
 	_, destroyErrs := skCounter(rm, "pool.items.destroy_errors", "")
@@ -1097,9 +1113,9 @@ func (s *skRun) report(wall time.Duration) string {
 		lt = s.cfg.leaseTimeout.String()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: ran %v under load, wall %v (stop to drained %v); LeaseTimeout %s, CheckAfterIdle %v, IdleTimeout %v, MaxLifetime %v, UpkeepInterval %v, DestroyTimeout %v, MinIdle %d, MaxQueuedLeases %d, metrics %v\n",
+	fmt.Fprintf(&b, "%s: ran %v under load, wall %v (stop to drained %v); LeaseTimeout %s, CheckAfterIdle %v, IdleTimeout %v, MaxLifetime %v, UpkeepInterval %v, DestroyTimeout %v, MinIdle %d, MaxQueuedLeases %d, MaxConcurrentCreates %d, MaxUses %d, metrics %v\n",
 		s.cfg.mode, s.cfg.run, wall.Round(time.Millisecond), s.stopTook.Round(time.Microsecond),
-		lt, s.cfg.checkAfterIdle, s.cfg.idleTimeout, s.cfg.maxLifetime, s.cfg.upkeep, s.cfg.destroyTimeout, s.cfg.minIdle, s.cfg.maxQueued, s.cfg.metrics)
+		lt, s.cfg.checkAfterIdle, s.cfg.idleTimeout, s.cfg.maxLifetime, s.cfg.upkeep, s.cfg.destroyTimeout, s.cfg.minIdle, s.cfg.maxQueued, s.cfg.maxCreating, s.cfg.maxUses, s.cfg.metrics)
 	fmt.Fprintf(&b, "  SetMaxSize calls %d (%d shrinking, smallest %d), invariant checks while a shrink settled %d; upkeep checks %d (%d panicked); closed from an upkeep callback %v",
 		c.resizes.Load(), c.shrinks.Load(), c.minSizeSet.Load(), s.sizes.settlingChecks(), c.upkeepPrepare.Load(), c.upkeepPreparePanics.Load(), c.closedInUpkeep.Load())
 	if s.destroyedBy != nil {
