@@ -301,8 +301,9 @@
 //   - A lease never ended keeps its item for the life of the pool; leak
 //     MaxSize of them and every lease times out. Always defer l.Release().
 //   - A Destroy or factory that ignores its deadline holds its place under
-//     MaxSize until it returns, and Close waits for it: set DestroyTimeout
-//     and bound your dials. Reset runs in Release: keep it quick.
+//     MaxSize (and a factory its turn under MaxConcurrentCreates) until it
+//     returns, and Close waits for it: set DestroyTimeout and bound your
+//     dials. Reset runs in Release: keep it quick.
 //   - MinSize > 0 makes New fail while the server is down, unless
 //     SeedInBackground is set.
 //   - A Preparer, IdleTimeout, MaxLifetime and TrackLeaseSites put every

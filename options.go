@@ -71,8 +71,10 @@ type Options[T any] struct {
 	// failover dials at a bounded rate. A lease that would create past the
 	// cap waits in FIFO order with the others, within its ctx and
 	// LeaseTimeout, for an item released or created meanwhile, or for its
-	// turn to create; TryLease then fails with ErrExhausted. At least 0.
-	// Default 0: no cap but MaxSize.
+	// turn to create; TryLease then fails with ErrExhausted. A creation
+	// keeps its turn until the factory returns, also after its lease gave
+	// up: bound it with CreateTimeout. At least 0. Default 0: no cap but
+	// MaxSize.
 	MaxConcurrentCreates int
 
 	// LeaseTimeout bounds, from the Lease call, all of a lease's waits for an
