@@ -48,19 +48,10 @@ type beCall struct {
 	id    int // the item's, on success
 }
 
-func raisePeak(peak *atomic.Int64, n int64) {
-	for {
-		p := peak.Load()
-		if n <= p || peak.CompareAndSwap(p, n) {
-			return
-		}
-	}
-}
-
 func (b *beBackend) Create(ctx context.Context) (*conn, error) {
 	n := b.inflight.Add(1)
 	defer b.inflight.Add(-1)
-	raisePeak(&b.peak, n)
+	skMax(&b.peak, n)
 	if b.limit > 0 && n > b.limit {
 		b.t.Errorf("%d factory calls in flight, more than MaxConcurrentCreates %d", n, b.limit)
 	}
@@ -575,7 +566,7 @@ func TestBackendFailsFast(t *testing.T) {
 					for range 30 {
 						t0 := time.Now()
 						l, err := p.Lease(bg)
-						raisePeak(&slowest, int64(time.Since(t0)))
+						skMax(&slowest, int64(time.Since(t0)))
 						if err == nil {
 							got.Add(1)
 							if l.Value() != held {

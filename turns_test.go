@@ -85,8 +85,7 @@ func TestTurnsUnderChurn(t *testing.T) {
 	f := FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
-		for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
-		}
+		skMax(&peak, n)
 		live.Add(1)
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
 		if rand.IntN(10) == 0 {
