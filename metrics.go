@@ -93,7 +93,7 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	m.allocated = gauge("pool.items.allocated", "{item}", "Items the pool accounts for: leased, idle, being created or destroyed.")
 	m.available = gauge("pool.items.available", "{item}", "Idle items.")
 	m.active = gauge("pool.leases.active", "{lease}", "Items in use: leased, or being created or destroyed.")
-	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for an item, MaxSize being in use (or MaxConcurrentCreates being created).")
+	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for an item: MaxSize items in use, or MaxConcurrentCreates items being created.")
 	m.maxItems = gauge("pool.items.max", "{item}", "MaxSize now: the most items the pool lets exist. Saturation is pool.leases.active / pool.items.max.")
 	m.minItems = gauge("pool.items.min", "{item}", "MinSize: the idle floor the pool refills to.")
 	m.down = gauge("pool.backend.down", "1", "1 while the pool is down (FailFastAfter creations in a row failed, none succeeded since): leases that must create fail fast; else 0.")

@@ -158,3 +158,39 @@ func TestTurnsUnderChurn(t *testing.T) {
 	require.NoError(t, p.Close())
 	assert.Zero(t, live.Load())
 }
+
+// TestNewSeedsWithinTheCap: New's own seeding of MinSize items calls the
+// factory at most MaxConcurrentCreates at a time.
+func TestNewSeedsWithinTheCap(t *testing.T) {
+	var inFlight, peak atomic.Int64
+	f := FactoryFunc[*conn](func(context.Context) (*conn, error) {
+		skMax(&peak, inFlight.Add(1))
+		defer inFlight.Add(-1)
+		time.Sleep(2 * time.Millisecond)
+		return &conn{}, nil
+	})
+	p, err := New(context.Background(), f, Options[*conn]{MinSize: 8, MaxSize: 8, MaxConcurrentCreates: 2})
+	require.NoError(t, err)
+	defer p.Close()
+	assert.Equal(t, 8, p.Stats().ItemsAvailable)
+	assert.LessOrEqual(t, peak.Load(), int64(2), "factory calls at once while New seeded")
+}
+
+// TestLeaseTimeoutAtTheCapSaysSo: a lease that timed out waiting for a turn
+// to create says that the creations stayed at MaxConcurrentCreates, not
+// that every item stayed in use.
+func TestLeaseTimeoutAtTheCapSaysSo(t *testing.T) {
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 4, MaxConcurrentCreates: 1, LeaseTimeout: 20 * time.Millisecond})
+	block := make(chan struct{})
+	setBlock(tr, block)
+	creator := leaseAsync(context.Background(), p)
+	require.Eventually(t, func() bool { return tr.live.Load() == 1 }, testWait, time.Millisecond)
+	_, err := p.Lease(context.Background())
+	require.ErrorIs(t, err, ErrLeaseTimeout)
+	assert.Contains(t, err.Error(), "no item came free, and the creations stayed at MaxConcurrentCreates (1)")
+	assert.NotContains(t, err.Error(), "every item stayed in use")
+	close(block)
+	o := awaitLease(t, creator)
+	require.NoError(t, o.err)
+	o.l.Release()
+}
