@@ -425,6 +425,9 @@ func TestTCPServerDropsDiesAndComesBack(t *testing.T) {
 		assert.Contains(t, err.Error(), `pool "tcp": create item: dial tcp `)
 		assert.NotErrorIs(t, err, pool.ErrLeaseTimeout)
 	}
+	// The failed clients' Destroy calls run on the pool's goroutines, each
+	// holding its place under MaxSize until it returns.
+	require.Eventually(t, func() bool { return p.Stats().Destroying == 0 }, tcpWait, time.Millisecond)
 	s = p.Stats()
 	assert.Equal(t, uint64(3), s.PrepareFailed, "the three idle clients failed their redial")
 	assert.Equal(t, uint64(3), s.Destroyed)
