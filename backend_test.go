@@ -295,7 +295,7 @@ func beWatch(check func()) (stop func() int) {
 func TestBackendCreatesCapHeldUnderLoad(t *testing.T) {
 	const capN = 3
 	p, b := newBackend(t, Options[*conn]{
-		MaxSize: 32, MinSize: 4, MinIdle: 4, MaxConcurrentCreates: capN,
+		MaxSize: 32, MinSize: 4, MinIdle: 4, MaxConcurrentCreates: capN, CreateTimeout: 10 * time.Second,
 		UpkeepInterval: 5 * time.Millisecond,
 	})
 	b.set(time.Millisecond, nil)
@@ -381,7 +381,7 @@ func TestBackendCreatesCapColdStart(t *testing.T) {
 			const capN = 3
 			b := &beBackend{t: t, tr: &tracker{}, limit: capN, delay: 2 * time.Millisecond}
 			p, err := New[*conn](context.Background(), b, Options[*conn]{
-				MinSize: 32, MaxSize: 32, SeedInBackground: true, MaxConcurrentCreates: capN,
+				MinSize: 32, MaxSize: 32, SeedInBackground: true, MaxConcurrentCreates: capN, CreateTimeout: 10 * time.Second,
 				Destroy: b.tr.destroy,
 			})
 			require.NoError(t, err)
@@ -428,7 +428,7 @@ func TestBackendCreatesCapColdStart(t *testing.T) {
 // the oldest of them, without a factory call; when the running creation
 // fails, the next waiting lease gets its turn to create.
 func TestBackendCapWaiterTakesReleasedItem(t *testing.T) {
-	p, s := newScripted(t, Options[*conn]{MaxSize: 4, MaxConcurrentCreates: 1})
+	p, s := newScripted(t, Options[*conn]{MaxSize: 4, MaxConcurrentCreates: 1, CreateTimeout: 10 * time.Second})
 	s.answers <- nil
 	l0 := mustLease(t, p)
 	<-s.started
@@ -531,7 +531,7 @@ func TestBackendFailsFast(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log beLog
-			p, b := newBackend(t, Options[*conn]{MaxSize: 8, FailFastAfter: 3, Logger: log.logger()})
+			p, b := newBackend(t, Options[*conn]{MaxSize: 8, FailFastAfter: 3, CreateTimeout: 10 * time.Second, Logger: log.logger()})
 			hold := mustLease(t, p)
 			held := hold.Value()
 			sentinel := &beErr{code: 3}
@@ -612,7 +612,7 @@ func TestBackendFailsFast(t *testing.T) {
 func TestBackendRecovers(t *testing.T) {
 	const step = 80 * time.Millisecond
 	var log beLog
-	p, b := newBackend(t, Options[*conn]{MaxSize: 8, FailFastAfter: 3, UpkeepInterval: step, Logger: log.logger()})
+	p, b := newBackend(t, Options[*conn]{MaxSize: 8, FailFastAfter: 3, CreateTimeout: 10 * time.Second, UpkeepInterval: step, Logger: log.logger()})
 	for outage := 1; outage <= 2; outage++ {
 		sentinel := &beErr{code: 100 + outage}
 		b.set(0, sentinel)
@@ -679,7 +679,7 @@ func TestBackendRecovers(t *testing.T) {
 // success brings the pool up and hands its item to the oldest of them.
 func TestBackendProbeItemGoesToOldestWaiter(t *testing.T) {
 	var log beLog
-	p, s := newScripted(t, Options[*conn]{MaxSize: 2, FailFastAfter: 1, UpkeepInterval: 80 * time.Millisecond, Logger: log.logger()})
+	p, s := newScripted(t, Options[*conn]{MaxSize: 2, FailFastAfter: 1, CreateTimeout: 10 * time.Second, UpkeepInterval: 80 * time.Millisecond, Logger: log.logger()})
 	s.answers <- nil
 	l := mustLease(t, p)
 	<-s.started
@@ -928,39 +928,48 @@ func TestBackendMaxUsesDestroysOffTheReleasingGoroutine(t *testing.T) {
 }
 
 // TestBackendOptions: Validate and New refuse a negative MaxConcurrentCreates,
-// FailFastAfter or MaxUses naming the field; JSON decodes the three (negative
-// values too, as other int fields, for Validate to refuse).
+// FailFastAfter or MaxUses naming the field, and MaxConcurrentCreates or
+// FailFastAfter without CreateTimeout naming both fields (Options.CreateTimeout);
+// JSON decodes the three (negative values too, as other int fields, for
+// Validate to refuse).
 func TestBackendOptions(t *testing.T) {
 	for _, tc := range []struct {
-		field string
+		name  string
+		json  string
 		opts  Options[*conn]
+		words []string // the error names them
 	}{
-		{"MaxConcurrentCreates", Options[*conn]{MaxConcurrentCreates: -1}},
-		{"FailFastAfter", Options[*conn]{FailFastAfter: -1}},
-		{"MaxUses", Options[*conn]{MaxUses: -1}},
+		{"negative MaxConcurrentCreates", `{"MaxConcurrentCreates": -1}`, Options[*conn]{MaxConcurrentCreates: -1}, []string{"MaxConcurrentCreates", "-1"}},
+		{"negative FailFastAfter", `{"FailFastAfter": -1}`, Options[*conn]{FailFastAfter: -1}, []string{"FailFastAfter", "-1"}},
+		{"negative MaxUses", `{"MaxUses": -1}`, Options[*conn]{MaxUses: -1}, []string{"MaxUses", "-1"}},
+		{"MaxConcurrentCreates without CreateTimeout", `{"MaxConcurrentCreates": 2}`, Options[*conn]{MaxConcurrentCreates: 2},
+			[]string{"MaxConcurrentCreates is 2", "CreateTimeout is 0", "keep its turn to create for good"}},
+		{"FailFastAfter without CreateTimeout", `{"FailFastAfter": 3}`, Options[*conn]{FailFastAfter: 3},
+			[]string{"FailFastAfter is 3", "CreateTimeout is 0", "never put the pool down"}},
 	} {
-		t.Run(tc.field, func(t *testing.T) {
-			err := tc.opts.Validate()
-			require.ErrorIs(t, err, ErrInvalidOptions)
-			assert.ErrorContains(t, err, tc.field)
-			assert.ErrorContains(t, err, "-1")
+		t.Run(tc.name, func(t *testing.T) {
+			check := func(err error, how string) {
+				t.Helper()
+				require.ErrorIs(t, err, ErrInvalidOptions, how)
+				for _, w := range tc.words {
+					assert.ErrorContains(t, err, w, how)
+				}
+			}
+			check(tc.opts.Validate(), "Validate")
 			tr := &tracker{}
 			p, err := New[*conn](context.Background(), tr, tc.opts)
-			require.ErrorIs(t, err, ErrInvalidOptions)
-			assert.ErrorContains(t, err, tc.field)
+			check(err, "New")
 			assert.Nil(t, p)
 			assert.Zero(t, tr.created.Load())
 
 			var o Options[*conn]
-			require.NoError(t, json.Unmarshal([]byte(fmt.Sprintf(`{%q: -1}`, tc.field)), &o), "JSON decodes a negative int as for any int field")
-			err = o.Validate()
-			require.ErrorIs(t, err, ErrInvalidOptions)
-			assert.ErrorContains(t, err, tc.field)
+			require.NoError(t, json.Unmarshal([]byte(tc.json), &o), "JSON decodes it as for any int field")
+			check(o.Validate(), "Validate after JSON")
 		})
 	}
 
 	var o Options[*conn]
-	require.NoError(t, json.Unmarshal([]byte(`{"MaxConcurrentCreates": 4, "FailFastAfter": 3, "MaxUses": 100}`), &o))
+	require.NoError(t, json.Unmarshal([]byte(`{"MaxConcurrentCreates": 4, "FailFastAfter": 3, "MaxUses": 100, "CreateTimeout": "5s"}`), &o))
 	assert.Equal(t, 4, o.MaxConcurrentCreates)
 	assert.Equal(t, 3, o.FailFastAfter)
 	assert.Equal(t, 100, o.MaxUses)

@@ -16,9 +16,11 @@ import (
 // call until its item is handed on or the creation fails and frees it;
 // exactly one of caller and creating goroutine owns it at any instant
 // (creation.state). Its turn to create (gate.creating) ends with the
-// factory call, or with create when it does not call it. The
-// factory's context keeps the caller's values, not its cancellation;
-// CreateTimeout bounds it and Close cancels it.
+// factory call, or with create when it does not call it, or, for a
+// creation its caller abandoned, once its item is handed on: Close waits
+// for the turns (Pool.waitBackground). The factory's context keeps the
+// caller's values, not its cancellation; CreateTimeout bounds it and Close
+// cancels it, so its errors never match the caller's ctx (ownCtxErr).
 
 // seedParallelism bounds concurrent seeding creations, so a large MinSize
 // does not dial one server that many times at once.
@@ -63,6 +65,9 @@ func (p *Pool[T]) seed(ctx context.Context) error {
 			}
 			defer cancelCreate()
 			e, err := p.newEntry(cctx)
+			if err != nil && ctx.Err() == nil {
+				err = ownCtxErr(err) // CreateTimeout's, or the first failure's cancel: not New's ctx
+			}
 			r = seedResult[T]{e: e, err: err}
 		}()
 	}
@@ -123,9 +128,9 @@ func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, er
 		p.g.createEnded()
 		return nil, false, err // gave up already: don't start a dial for nobody
 	}
-	if err := p.downErr(); err != nil {
+	if p.g.down.Load() {
 		p.g.createEnded()
-		return nil, false, err
+		return nil, false, p.backendDown()
 	}
 	if ctx.Done() == nil {
 		e, err = p.createDetached(ctx) // nothing can abandon it
@@ -150,9 +155,10 @@ func (p *Pool[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, er
 
 // createAsync owns the permit once the caller abandons c. It finishes in
 // a deferred call, so a factory panic or runtime.Goexit still reaches the
-// waiting caller or frees the abandoned permit.
+// waiting caller or frees the abandoned permit. Its turn to create ends
+// last, once an abandoned item is handed on: Close waits for it.
 func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
-	c.panicked = true // until createDetached returns
+	c.panicked = true // until createCall returns
 	defer func() {
 		if c.panicked {
 			if v := recover(); v != nil {
@@ -162,12 +168,14 @@ func (p *Pool[T]) createAsync(ctx context.Context, c *creation[T]) {
 			}
 		}
 		if c.state.CompareAndSwap(creating, finished) {
+			p.g.createEnded()
 			close(c.done)
 			return
 		}
+		defer p.g.createEnded()
 		p.adopt(c)
 	}()
-	c.e, c.err = p.createDetached(ctx)
+	c.e, c.err = p.createCall(ctx)
 	c.panicked = false
 }
 
@@ -190,11 +198,15 @@ func (p *Pool[T]) adopt(c *creation[T]) {
 	p.giveBack(c.e)
 }
 
-// createDetached calls the factory with ctx's values but not its
-// cancellation, canceled by Close and bounded by CreateTimeout, and ends
-// the caller's turn to create.
+// createDetached is createCall, and ends the caller's turn to create.
 func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
 	defer p.g.createEnded()
+	return p.createCall(ctx)
+}
+
+// createCall calls the factory with ctx's values but not its cancellation,
+// canceled by Close and bounded by CreateTimeout.
+func (p *Pool[T]) createCall(ctx context.Context) (*entry[T], error) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(p.done, cancel)
@@ -208,6 +220,9 @@ func (p *Pool[T]) createDetached(ctx context.Context) (*entry[T], error) {
 		return nil, p.errClosed // no factory call starts once Close has begun
 	}
 	e, err := p.newEntry(cctx)
+	if err != nil {
+		err = ownCtxErr(err)
+	}
 	switch {
 	case err == nil:
 		p.createSucceeded()
@@ -289,11 +304,8 @@ const (
 // creates then). who is for the log.
 func (p *Pool[T]) fill(count fillCount, n int, who string) bool {
 	for {
-		if p.health.down.Load() {
-			return false
-		}
 		if !p.g.tryAcquireFill(n, count) {
-			return true
+			return !p.g.down.Load()
 		}
 		if !p.createIdle(who) {
 			return false
@@ -316,7 +328,7 @@ func (p *Pool[T]) createIdle(who string) (ok bool) {
 	}()
 	var err error
 	if e, err = p.createDetached(context.Background()); err != nil {
-		if !errors.Is(err, ErrClosed) && !p.health.down.Load() { // Close canceled it, or the down Warn said it
+		if !errors.Is(err, ErrClosed) && !p.g.down.Load() { // Close canceled it, or the down Warn said it
 			p.warn(who+": create item", err)
 		}
 		return false
@@ -422,7 +434,7 @@ func (p *Pool[T]) refillRound() {
 // probeRound creates one item while the pool is down, with a free permit
 // even if leases wait: its first success brings the pool up (newEntry).
 func (p *Pool[T]) probeRound() bool {
-	if !p.health.down.Load() {
+	if !p.g.down.Load() {
 		return true
 	}
 	return p.g.tryAcquireFill(1, probeItem) && p.createIdle("probe")
@@ -478,11 +490,12 @@ const maxSeedBackoff = 30 * time.Second
 // ErrBackendDown and ErrLeaseTimeout to wrap.
 
 // health is what FailFastAfter and ErrLeaseTimeout read of the creations.
+// Whether the pool is down is the gate's (gate.down), which grants the
+// places and turns to create.
 type health struct {
 	inARow atomic.Int64 // failed creations since the last success
 	last   atomic.Pointer[failedCreation]
-	down   atomic.Bool
-	downAt atomic.Int64 // monotime, written before down is set
+	downAt atomic.Int64 // monotime, written before the gate goes down
 }
 
 type failedCreation struct {
@@ -496,9 +509,9 @@ func (p *Pool[T]) createFailed(err error) {
 	at := monotime()
 	p.health.last.Store(&failedCreation{err: err, at: at})
 	n := p.health.inARow.Add(1)
-	if after := p.opts.FailFastAfter; after > 0 && n >= int64(after) && !p.health.down.Load() {
+	if after := p.opts.FailFastAfter; after > 0 && n >= int64(after) && !p.g.down.Load() {
 		p.health.downAt.Store(at)
-		if !p.health.down.CompareAndSwap(false, true) {
+		if !p.g.setDown(true) {
 			return
 		}
 		p.logErr(slog.LevelWarn, fmt.Sprintf("backend down: %d creations in a row failed; leases that must create fail fast until a creation in the background succeeds", n), err)
@@ -511,18 +524,16 @@ func (p *Pool[T]) createSucceeded() {
 	if p.health.inARow.Load() != 0 {
 		p.health.inARow.Store(0)
 	}
-	if p.health.down.Load() && p.health.down.CompareAndSwap(true, false) {
+	if p.g.down.Load() && p.g.setDown(false) {
 		down := time.Duration(monotime() - p.health.downAt.Load()).Round(time.Millisecond)
 		p.logErr(slog.LevelInfo, fmt.Sprintf("backend up after %v down: a creation succeeded; leases create items again", down), nil)
 	}
 }
 
-// downErr is what a creation fails with at once while the pool is down, or
-// nil.
-func (p *Pool[T]) downErr() error {
-	if !p.health.down.Load() {
-		return nil
-	}
+// backendDown is what a lease that would create fails with while the pool
+// is down: ErrBackendDown, wrapping the last creation's error (recorded
+// before the pool went down).
+func (p *Pool[T]) backendDown() error {
 	return fmt.Errorf("%w: %w", ErrBackendDown, p.health.last.Load().err)
 }
 

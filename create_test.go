@@ -376,9 +376,9 @@ func (c *lateCancelCtx) Err() error {
 }
 
 // A creation that Close cancels fails with ErrClosed, counted as closed,
-// even when the factory wraps its ctx's error (as net.Dialer does, so the
-// error also matches context.Canceled) and the caller's ctx has ended too:
-// Close ended it, not the caller.
+// even when the factory wraps its ctx's error (as net.Dialer does) and the
+// caller's ctx has ended too: Close ended it, not the caller, so the error
+// does not match context.Canceled either.
 func TestLifecycleCloseWinsOverCallersCancelForCreation(t *testing.T) {
 	ctx := &lateCancelCtx{Context: context.Background()}
 	entered := make(chan struct{})
@@ -396,7 +396,8 @@ func TestLifecycleCloseWinsOverCallersCancelForCreation(t *testing.T) {
 
 	err = awaitLease(t, ch).err
 	assert.ErrorIs(t, err, ErrClosed)
-	assert.ErrorIs(t, err, context.Canceled, "the factory's own error stays wrapped")
+	assert.ErrorContains(t, err, "dial: context canceled", "the factory's own error stays wrapped")
+	assert.NotErrorIs(t, err, context.Canceled, "Close's cancellation is the pool's, not the caller's")
 	s := p.Stats()
 	assert.Zero(t, s.Canceled, "Close ended the lease, not the caller")
 	assert.Zero(t, s.ActiveLeases)
@@ -410,7 +411,8 @@ func TestLifecycleCreateTimeoutBoundsFactory(t *testing.T) {
 
 		err := awaitLease(t, leaseAsync(context.Background(), p)).err
 		require.Error(t, err)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "context deadline exceeded", "the factory's error, wrapped")
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "CreateTimeout is not the caller's deadline (doc.go, \"Waiting and errors\")")
 		fctx := recvOrFail(t, tr.ctxs, "the factory's ctx")
 		_, hasDeadline := fctx.Deadline()
 		assert.True(t, hasDeadline)
@@ -548,28 +550,36 @@ func (f *stubbornFactory) Create(context.Context) (*conn, error) {
 	return c, nil
 }
 
-func TestLifecycleAbandonedCreationFinishingAfterCloseIsDestroyed(t *testing.T) {
-	f := &stubbornFactory{started: make(chan struct{}, 1), proceed: make(chan struct{}), made: make(chan *conn, 1)}
-	p, err := New[*conn](context.Background(), f, Options[*conn]{MaxSize: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch := leaseAsync(ctx, p)
-	recvOrFail(t, f.started, "Create")
-	cancel()
-	require.ErrorIs(t, awaitLease(t, ch).err, context.Canceled)
-	require.NoError(t, p.Close())
-
-	close(f.proceed)
-	item := recvOrFail(t, f.made, "the item")
-	require.Eventually(t, func() bool { return p.Stats().ActiveLeases == 0 }, testWait, time.Millisecond)
-	assert.True(t, item.closed.Load(), "the item is destroyed")
-	s := p.Stats()
-	assert.Zero(t, s.ItemsAvailable)
-	assert.Equal(t, uint64(1), s.Destroyed)
-	assertAtRest(t, p)
+// A Close called from inside a lease's factory call returns: it cannot wait
+// for the creation it is part of, and waits for the others (Pool.Close).
+func TestLifecycleCloseFromALeasesFactoryReturns(t *testing.T) {
+	for _, how := range []string{"ctx that cannot end", "ctx that can end"} {
+		t.Run(how, func(t *testing.T) {
+			var p *Pool[*conn]
+			closed := make(chan error, 1)
+			tr := &tracker{}
+			f := FactoryFunc[*conn](func(ctx context.Context) (*conn, error) {
+				closed <- p.Close()
+				return tr.Create(ctx)
+			})
+			var err error
+			p, err = New[*conn](context.Background(), f, Options[*conn]{MaxSize: 2, Destroy: tr.destroy})
+			require.NoError(t, err)
+			ctx := context.Background()
+			if how == "ctx that can end" {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			}
+			ch := leaseAsync(ctx, p)
+			require.NoError(t, recvOrFail(t, closed, "Close from inside the factory"))
+			if o := awaitLease(t, ch); o.err == nil {
+				o.l.Release() // a lease under way may still succeed; destroyed on release
+			}
+			awaitDestroys(t, p)
+			assert.Zero(t, tr.live.Load())
+		})
+	}
 }
 
 func TestLifecycleWaiterGetsAbandonedCreationsItem(t *testing.T) {

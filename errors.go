@@ -38,8 +38,9 @@ var (
 
 	// ErrBackendDown is returned, wrapped with the pool's name and the last
 	// creation's error, by a lease that would have to create an item while
-	// the pool is down: Options.FailFastAfter creations in a row failed, and
-	// none has succeeded since.
+	// the pool is down, at once (also one waiting when a place came free):
+	// Options.FailFastAfter creations in a row failed, and none has
+	// succeeded since.
 	ErrBackendDown = errors.New("pool: backend down")
 
 	// ErrPreparationTimeout is returned, wrapped, when IsReady and Prepare
@@ -86,6 +87,24 @@ func (p *panicError) Unwrap() error {
 	err, _ := p.value.(error)
 	return err
 }
+
+// ownCtxErr wraps err, an error of user code that ran under a ctx of the
+// pool's own making (CreateTimeout, PreparationTimeout, Close), so that
+// errors.Is finds neither context.Canceled nor context.DeadlineExceeded in
+// it: those match a pool's error only when the caller's own ctx ended
+// (doc.go, "Waiting and errors"). Every other errors.Is, and errors.As,
+// reach into err; errors.Unwrap does not.
+func ownCtxErr(err error) error { return &ownCtx{err} }
+
+type ownCtx struct{ err error }
+
+func (o *ownCtx) Error() string { return o.err.Error() }
+
+func (o *ownCtx) Is(target error) bool {
+	return target != context.Canceled && target != context.DeadlineExceeded && errors.Is(o.err, target)
+}
+
+func (o *ownCtx) As(target any) bool { return errors.As(o.err, target) }
 
 func asError(v any) error {
 	if err, ok := v.(error); ok {

@@ -33,6 +33,7 @@ func ExampleOptions_failFastAfter() {
 	p, err := pool.New(context.Background(), dial, pool.Options[*conn]{
 		MaxSize:        4,
 		FailFastAfter:  2,
+		CreateTimeout:  time.Second,           // required: a dial that hangs fails, and counts
 		UpkeepInterval: 20 * time.Millisecond, // bounds the probe's backoff
 	})
 	if err != nil {
@@ -76,7 +77,11 @@ func ExampleOptions_maxConcurrentCreates() {
 		time.Sleep(5 * time.Millisecond) // a handshake
 		return &conn{}, nil
 	})
-	p, err := pool.New(context.Background(), dial, pool.Options[*conn]{MaxSize: 8, MaxConcurrentCreates: 2})
+	p, err := pool.New(context.Background(), dial, pool.Options[*conn]{
+		MaxSize:              8,
+		MaxConcurrentCreates: 2,
+		CreateTimeout:        time.Second, // required: a dial that hangs would keep its turn
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -397,6 +397,7 @@ type fzHandle struct {
 // one. The model makes it when the lease queues; the run starts the real
 // Lease and gives it its turns.
 type fzWaiter struct {
+	ticket uint64 // its place in line, from its first wait (see fzModel.acquire)
 	cancel context.CancelFunc
 	done   chan fzGot // the real Lease's result
 	abort  chan struct{}
@@ -479,11 +480,10 @@ type fzModel struct {
 	// bypassOn: the slots' bypass flag stayed on after its need passed
 	// (see bypass).
 	bypassOn bool
-	waiters  []*fzWaiter // queued, oldest first
-	// ahead: how many of the first waiters queued again, after the item
-	// they got could not be lent (see acquire); queued: the waiter that the
-	// last lease to queue got.
-	ahead   int
+	waiters  []*fzWaiter // queued, in the order of their tickets
+	// issued: the last ticket a lease queuing for the first time got (see
+	// acquire); queued: the waiter that the last lease to queue got.
+	issued  uint64
 	queued  *fzWaiter
 	granted []*fzGrant // granted during the current step, in the order of the grants
 	// sparesAsked: an ask for spares is pending (MinIdle); sparesOwed: the
@@ -676,9 +676,10 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 // Otherwise the lease is refused (TryLease; or MaxQueuedLeases waiting
 // already, unless it asks again), times out (LeaseTimeout: nobody can
 // release within its microsecond), or queues, in w or a fresh waiter: its
-// outcome then. It queues at the tail or, when it asks again after the
-// item it held failed its judgement, ahead of the rest, behind those that
-// came back so before it ("Waiting and errors").
+// outcome then. It queues at the tail with a new ticket or, when it asks
+// again after the item it held failed its judgement, with the ticket of
+// its first wait (0: it never waited), ahead of the leases that first
+// queued after it ("Waiting and errors").
 func (m *fzModel) acquire(w *fzWaiter, try, again bool) (id int, o fzOutcome, ok bool) {
 	if m.closed {
 		return 0, fzOutcome{kind: fzClosed}, false
@@ -716,9 +717,14 @@ func (m *fzModel) acquire(w *fzWaiter, try, again bool) (id int, o fzOutcome, ok
 		w = &fzWaiter{}
 	}
 	if again {
-		m.waiters = slices.Insert(m.waiters, m.ahead, w)
-		m.ahead++
+		i := 0
+		for i < len(m.waiters) && m.waiters[i].ticket <= w.ticket {
+			i++
+		}
+		m.waiters = slices.Insert(m.waiters, i, w)
 	} else {
+		m.issued++
+		w.ticket = m.issued
 		m.waiters = append(m.waiters, w)
 	}
 	m.queued = w
@@ -880,7 +886,6 @@ func (m *fzModel) free() {
 func (m *fzModel) grant(id int) {
 	w := m.waiters[0]
 	m.waiters = m.waiters[1:]
-	m.ahead = max(m.ahead-1, 0)
 	m.st.Waits++
 	m.granted = append(m.granted, &fzGrant{w: w, item: id, pending: true})
 }
@@ -1087,7 +1092,7 @@ func (m *fzModel) close() fzOutcome {
 		m.st.Waits++
 		m.granted = append(m.granted, &fzGrant{w: w, want: fzOutcome{kind: fzClosed}})
 	}
-	m.waiters, m.ahead = nil, 0
+	m.waiters = nil
 	m.drain(reasonClose)
 	if m.endDestroys() > 0 {
 		return fzOutcome{kind: fzDestroyErr}
@@ -1586,9 +1591,6 @@ func (r *fzRun) cancelWaiter(i int) {
 	i %= len(r.m.waiters)
 	w := r.m.waiters[i]
 	r.m.waiters = slices.Delete(r.m.waiters, i, i+1)
-	if i < r.m.ahead {
-		r.m.ahead--
-	}
 	r.m.st.Waits++
 	r.m.st.Canceled++
 	w.cancel()

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +27,11 @@ import (
 // and a creation's end its turn, so no waiter wakes to nothing and no lease
 // overtakes the queue.
 //
+// While the backend is down (down), the gate grants no right to create but
+// the probe's (tryAcquireFill): a lease that would have to create is
+// refused, and a waiter that would get a bare permit gets ErrBackendDown
+// instead, so the permits and turns stay free for the probe.
+//
 // Critical sections and the wake-ups after them run unpreemptible (lock,
 // unlock; docs/DESIGN.md, "Not preempted while holding the lock"), so
 // nothing there may block.
@@ -40,6 +46,10 @@ type gate[T any] struct {
 	// maxCreating (MaxConcurrentCreates, or no cap).
 	creating, maxCreating int
 	closed                bool
+	// down: FailFastAfter's verdict that the backend is down (create.go,
+	// "Fail fast"). Written under mu by setDown; read without it by the
+	// creations and Stats.
+	down atomic.Bool
 	// shrinking: more items alive than size after a resize; returning
 	// items are destroyed and freed permits retire until they fit.
 	shrinking bool
@@ -51,8 +61,8 @@ type gate[T any] struct {
 	// held (docs/DESIGN.md, "Stats without a second truth").
 	fastLeases uint64
 	waiters    waitQueue[T]
-	drained    chan struct{} // made by the first Shutdown; closed when closed and held == 0
-	spare      sync.Pool     // of *waiter[T]
+	settles    []settle  // what Close and Shutdown wait for: see whenSettled
+	spare      sync.Pool // of *waiter[T]
 	// woken: waiters granted under the lock, linked by wakeNext, for
 	// unlock to wake after releasing it.
 	woken *waiter[T]
@@ -67,57 +77,73 @@ type waiter[T any] struct {
 	// ready receives exactly one token per grant, sent by gate.unlock.
 	ready chan struct{}
 	// The grant, written under gate.mu before the token is sent: the item,
-	// or nil for a bare permit; or err (ErrClosed) and no permit.
+	// or nil for a bare permit; or err (ErrClosed, ErrBackendDown) and no
+	// permit.
 	e       *entry[T]
 	err     error
 	granted bool
+	// skipped: a grant found done closed and dequeued w without a grant or
+	// a token; w's own wait ends with its ctx. Stored under gate.mu after
+	// the grant's last touch of w, so that leave may read it without the
+	// lock: a storm of ended leases does not queue on gate.mu ahead of the
+	// Release that reaches the live one.
+	skipped atomic.Bool
+	// done is the lease's ctx.Done(), for grants to skip a lease that gave
+	// up; ticket, its place in line (see waitQueue).
+	done   <-chan struct{}
+	ticket uint64
 
 	prev, next *waiter[T]
 	wakeNext   *waiter[T]  // in gate.woken
 	timer      *time.Timer // LeaseTimeout; made on first use
 }
 
-// waitQueue is an intrusive FIFO list of waiters, guarded by gate.mu.
-// Waiters queued again (pushAhead) form a run at the head, in the order
-// they came back; ahead is the run's last, or nil.
+// waitQueue is an intrusive list of waiters in the order of their tickets,
+// guarded by gate.mu. A lease's ticket is its place in line, taken when it
+// first queues (pushBack: each a higher one) and kept when it queues again
+// after its item failed its check (pushAgain); a lease that held a permit
+// without waiting has ticket 0, since nobody waited when it took it.
 type waitQueue[T any] struct {
 	head, tail *waiter[T]
-	ahead      *waiter[T]
 	n          int
+	issued     uint64 // the last ticket pushBack gave
 }
 
+// pushBack queues w last, with a new ticket.
 func (q *waitQueue[T]) pushBack(w *waiter[T]) {
-	w.prev, w.next = q.tail, nil
-	if q.tail == nil {
+	q.issued++
+	w.ticket = q.issued
+	q.insertBefore(w, nil)
+}
+
+// pushAgain queues w, keeping its ticket, behind the waiters whose tickets
+// are not later: only leases queued again can be ahead of it, at most one
+// per item.
+func (q *waitQueue[T]) pushAgain(w *waiter[T]) {
+	next := q.head
+	for next != nil && next.ticket <= w.ticket {
+		next = next.next
+	}
+	q.insertBefore(w, next)
+}
+
+// insertBefore links w in before next, or last when next is nil.
+func (q *waitQueue[T]) insertBefore(w, next *waiter[T]) {
+	w.next = next
+	if next == nil {
+		w.prev, q.tail = q.tail, w
+	} else {
+		w.prev, next.prev = next.prev, w
+	}
+	if w.prev == nil {
 		q.head = w
 	} else {
-		q.tail.next = w
+		w.prev.next = w
 	}
-	q.tail = w
-	q.n++
-}
-
-// pushAhead queues w at the end of the run at the head.
-func (q *waitQueue[T]) pushAhead(w *waiter[T]) {
-	w.prev = q.ahead
-	if w.prev == nil {
-		w.next, q.head = q.head, w
-	} else {
-		w.next, w.prev.next = w.prev.next, w
-	}
-	if w.next == nil {
-		q.tail = w
-	} else {
-		w.next.prev = w
-	}
-	q.ahead = w
 	q.n++
 }
 
 func (q *waitQueue[T]) remove(w *waiter[T]) {
-	if w == q.ahead {
-		q.ahead = w.prev // in the run too, or nil: the run is at the head
-	}
 	if w.prev == nil {
 		q.head = w.next
 	} else {
@@ -134,17 +160,34 @@ func (q *waitQueue[T]) remove(w *waiter[T]) {
 
 // grantOldest grants the oldest waiter e (nil: the bare permit) or err,
 // reporting false when no one waits. Caller holds g.mu and releases it
-// with unlock, which wakes the waiter.
+// with unlock, which wakes the waiter. A waiter whose ctx has ended is
+// dequeued unwoken (skipped) instead: it is awake already, and its own
+// leave returns its ctx's error, so a grant passes a storm of ended leases
+// without a wake-up or a hand-off each.
 func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
-	w := g.waiters.head
-	if w == nil {
+	for w := g.waiters.head; w != nil; w = g.waiters.head {
+		g.waiters.remove(w)
+		if w.gaveUp() {
+			w.skipped.Store(true) // the last touch: see leave
+			continue
+		}
+		g.setBypass()
+		w.e, w.err, w.granted = e, err, true
+		w.wakeNext, g.woken = g.woken, w
+		return true
+	}
+	return false
+}
+
+// gaveUp reports whether w's ctx has ended: a receive that never blocks
+// (done is never written, only closed), safe under g.mu unpreemptible.
+func (w *waiter[T]) gaveUp() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
 		return false
 	}
-	g.waiters.remove(w)
-	g.setBypass()
-	w.e, w.err, w.granted = e, err, true
-	w.wakeNext, g.woken = g.woken, w
-	return true
 }
 
 func (g *gate[T]) lock() {
@@ -183,6 +226,7 @@ const (
 	refusedClosed                     // the gate is closed
 	refusedCanceled                   // the caller's ctx had ended before it could queue
 	refusedQueueFull                  // maxQueued leases wait already
+	refusedDown                       // the lease would have to create, and the backend is down
 )
 
 func (a admission) refused() bool { return a > queued }
@@ -193,9 +237,9 @@ type waitChoice uint8
 const (
 	mayWait waitChoice = iota // Lease, Do: at the tail, within MaxQueuedLeases
 	noWait                    // TryLease: not at all
-	// waitAgain: a Lease whose idle item failed its judgement. It held a
-	// permit before every current waiter, so it queues ahead of them
-	// (behind earlier waitAgain leases), whatever MaxQueuedLeases.
+	// waitAgain: a Lease whose idle item failed its judgement. It keeps its
+	// ticket (see waitQueue), so it queues ahead of the leases that queued
+	// after it first did, whatever MaxQueuedLeases.
 	waitAgain
 )
 
@@ -204,14 +248,15 @@ const (
 // never overtakes the queue) it queues the caller in the same critical
 // section and returns its waiter for await, unless the lease is refused.
 // completes: an idle entry completes the lease, counted in fastLeases.
-func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) (e *entry[T], w *waiter[T], a admission) {
+// ticket: a waitAgain lease's place in line (see waitQueue).
+func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, ticket uint64) (e *entry[T], w *waiter[T], a admission) {
 	g.lock()
 	if g.closed {
 		g.unlock()
 		return nil, nil, refusedClosed
 	}
 	var ok bool
-	if e, ok = g.acquireLocked(); ok || wait == noWait {
+	if e, ok = g.acquireLocked(); ok || wait == noWait || g.mustCreateWhileDown() {
 		a = g.admissionLocked(e, ok, completes)
 		g.unlock()
 		return e, nil, a
@@ -220,17 +265,19 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 		g.unlock()
 		return nil, nil, refusedQueueFull
 	}
-	// ctx.Err and sync.Pool.Get may take locks: call them preemptible,
-	// still under g.mu.
+	// ctx.Err, ctx.Done and sync.Pool.Get may take locks: call them
+	// preemptible, still under g.mu.
 	preemptOn()
 	if ctx.Err() != nil {
 		g.mu.Unlock()
 		return nil, nil, refusedCanceled // already given up: don't queue
 	}
 	w = g.newWaiter()
+	w.done = ctx.Done()
 	preemptOff()
 	if wait == waitAgain {
-		g.waiters.pushAhead(w)
+		w.ticket = ticket
+		g.waiters.pushAgain(w)
 		g.queuedLocked()
 	} else {
 		g.enqueueLocked(w)
@@ -239,10 +286,20 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool) 
 	return nil, w, queued
 }
 
+// mustCreateWhileDown reports whether a lease that found no idle item
+// would have to create one, a permit being free, while the backend is
+// down: it is refused at once rather than queued for a turn it could not
+// use. Caller holds g.mu.
+func (g *gate[T]) mustCreateWhileDown() bool {
+	return g.down.Load() && g.held+g.idle.len() < g.size
+}
+
 // admissionLocked is the admission of a lease that acquireLocked gave e
 // (ok), or refused when it would not wait. Caller holds g.mu.
 func (g *gate[T]) admissionLocked(e *entry[T], ok, completes bool) admission {
 	switch {
+	case !ok && g.mustCreateWhileDown():
+		return refusedDown
 	case !ok && g.waiters.n > 0:
 		return refusedQueue
 	case !ok && g.held < g.size:
@@ -283,7 +340,7 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	if e = g.slots.steal(); e != nil {
 		return e, true
 	}
-	if g.held < g.size && g.creating < g.maxCreating {
+	if g.held < g.size && g.creating < g.maxCreating && !g.down.Load() {
 		g.held++
 		g.creating++
 		return nil, true
@@ -350,7 +407,8 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 			e, err, expired = g.giveUp(w, err, expired)
 		}
 	}
-	w.e, w.err, w.granted = nil, nil, false
+	w.e, w.err, w.granted, w.done = nil, nil, false, nil
+	w.skipped.Store(false)
 	g.spare.Put(w)
 	waited = time.Duration(monotime() - start)
 	g.slots.countWait(int64(waited))
@@ -415,13 +473,19 @@ var testHooks struct {
 
 // leave dequeues a waiter that gave up and reports whether a grant raced
 // with it. A grant came first iff granted is set under the lock; otherwise
-// removal under the lock makes every later grant skip w. On true, the
-// token is received and the caller must giveUp.
+// removal under the lock (unless a grant skipped w, dequeuing it) makes
+// every later grant pass w by. On true, the token is received and the
+// caller must giveUp.
 func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
+	if w.skipped.Load() {
+		return false // dequeued, and never to be granted
+	}
 	g.lock()
 	if !w.granted {
-		g.waiters.remove(w)
-		g.setBypass()
+		if !w.skipped.Load() {
+			g.waiters.remove(w)
+			g.setBypass()
+		}
 		g.unlock()
 		return false
 	}
@@ -431,12 +495,12 @@ func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
 }
 
 // giveUp passes on a grant that came as w gave up with err, so no permit
-// is lost, or reports ErrClosed if the grant was Close's. If the gate
-// closed meanwhile, it returns the item, permit still held, for the caller
-// to destroy.
+// is lost, or reports the grant's error (Close's, or the backend down). If
+// the gate closed meanwhile, it returns the item, permit still held, for
+// the caller to destroy.
 func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry[T], _ error, _ bool) {
 	if w.err != nil {
-		return nil, ErrClosed, false // Close woke us at this instant: say so
+		return nil, w.err, false // Close, or the backend down, at this instant: say so
 	}
 	if w.e == nil {
 		g.freeBare()
@@ -502,15 +566,13 @@ func (g *gate[T]) free() {
 	g.unlock()
 }
 
-// freeLocked: while items exceed size, the permit retires instead of going
-// to a waiter; its item was one too many. Without a turn to create for the
-// waiter, it comes free: the next creation's end grants it.
+// freeLocked frees a permit, then grants it as grantTurnsLocked does: while
+// items exceed size it retires instead (its item was one too many), and
+// without a turn to create for the waiter it stays free until the next
+// creation's end grants it.
 func (g *gate[T]) freeLocked() {
-	if g.held+g.idle.len() <= g.size && g.creating < g.maxCreating && g.grantOldest(nil, nil) {
-		g.creating++
-		return
-	}
 	g.dropPermitLocked()
+	g.grantTurnsLocked()
 }
 
 // createEnded gives back a turn to create: the creation ended, or its
@@ -520,17 +582,40 @@ func (g *gate[T]) createEnded() {
 	g.lock()
 	g.creating--
 	g.grantTurnsLocked()
+	g.settleLocked()
 	g.unlock()
 }
 
 // grantTurnsLocked grants waiters, oldest first, a bare permit each while
-// a permit and a turn to create are free. Caller holds g.mu.
+// a permit and a turn to create are free; while the backend is down, each
+// waiter that a free permit would let create gets ErrBackendDown instead.
+// Caller holds g.mu.
 func (g *gate[T]) grantTurnsLocked() {
-	for g.waiters.n > 0 && g.held+g.idle.len() < g.size && g.creating < g.maxCreating {
-		g.held++ // a waiter exists only while no item is idle: a bare permit
-		g.creating++
-		g.grantOldest(nil, nil)
+	for g.waiters.n > 0 && g.held+g.idle.len() < g.size {
+		switch {
+		case g.down.Load():
+			g.grantOldest(nil, ErrBackendDown)
+		case g.creating < g.maxCreating && g.grantOldest(nil, nil):
+			g.held++ // a waiter exists only while no item is idle: a bare permit
+			g.creating++
+		default:
+			return
+		}
 	}
+}
+
+// setDown records FailFastAfter's verdict and reports whether it changed
+// it. Down, the waiters that would create fail at once; up, they get their
+// turns again.
+func (g *gate[T]) setDown(down bool) (changed bool) {
+	g.lock()
+	defer g.unlock()
+	if g.down.Load() == down {
+		return false
+	}
+	g.down.Store(down)
+	g.grantTurnsLocked()
+	return true
 }
 
 // toDestroy counts a held permit as dying.
@@ -560,10 +645,7 @@ func (g *gate[T]) dropPermitLocked() {
 		g.setBypass() // updates shrinking: false once the items fit
 	}
 	g.bypassOff()
-	if g.held == 0 && g.drained != nil {
-		close(g.drained)
-		g.drained = nil
-	}
+	g.settleLocked()
 }
 
 // fillCount says which items tryAcquireFill counts against its bound.
@@ -577,8 +659,8 @@ const (
 
 // tryAcquireFill takes a bare permit to create an item while fewer than n
 // items of kind count exist, a permit is free, and no lease waits (waiting
-// leases create their own). It leaves permits for the idle items too:
-// held + idle stays within size.
+// leases create their own); while the backend is down, for the probe only.
+// It leaves permits for the idle items too: held + idle stays within size.
 func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	g.lock()
 	defer g.unlock()
@@ -589,7 +671,8 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	case probeItem:
 		have, waiting = 0, false
 	}
-	if g.closed || waiting || g.held+g.idle.len() >= g.size || g.creating >= g.maxCreating || have >= n {
+	if g.closed || waiting || g.held+g.idle.len() >= g.size || g.creating >= g.maxCreating || have >= n ||
+		g.down.Load() && count != probeItem {
 		return false
 	}
 	g.held++

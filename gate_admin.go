@@ -111,18 +111,48 @@ func (g *gate[T]) close() ([]*entry[T], bool) {
 	return g.drainIdleLocked(), true
 }
 
-// whenDrained returns a channel closed once the gate is closed and no permit
-// is held: the gate's full weight is free.
-func (g *gate[T]) whenDrained() <-chan struct{} {
+// settle is a wait of Close or Shutdown for the closed gate to reach a
+// state: at most creations turns to create taken, or, with creations
+// negative, no permit held (the gate's full weight free).
+type settle struct {
+	creations int
+	done      chan struct{}
+}
+
+// whenSettled returns a channel closed once the gate is closed and holds
+// what s.creations asks (see settle).
+func (g *gate[T]) whenSettled(creations int) <-chan struct{} {
 	g.lock()
 	defer g.unlock()
-	if g.held == 0 {
+	s := settle{creations: creations}
+	if g.closed && g.settled(s) {
 		return closedChan
 	}
-	if g.drained == nil {
-		g.drained = make(chan struct{})
+	s.done = make(chan struct{})
+	g.settles = append(g.settles, s)
+	return s.done
+}
+
+func (g *gate[T]) settled(s settle) bool {
+	if s.creations < 0 {
+		return g.held == 0
 	}
-	return g.drained
+	return g.creating <= s.creations
+}
+
+// settleLocked ends the waits that hold now, after a permit or a turn came
+// back. Caller holds g.mu.
+func (g *gate[T]) settleLocked() {
+	if !g.closed || len(g.settles) == 0 {
+		return
+	}
+	g.settles = slices.DeleteFunc(g.settles, func(s settle) bool {
+		if !g.settled(s) {
+			return false
+		}
+		close(s.done)
+		return true
+	})
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -1047,9 +1047,12 @@ func TestLeaseTimeoutPastItsDeadline(t *testing.T) {
 	}
 }
 
-// TestWaitQueueAhead: the waiters queued again form a run at the head, in
-// the order they came back, ahead of the rest, however waiters leave it.
-func TestWaitQueueAhead(t *testing.T) {
+// TestWaitQueueTickets: the queue stays in the order of the tickets, each
+// lease's place in line. A lease queued again keeps the ticket of its first
+// wait: it goes ahead of the leases that first queued after it, behind
+// those that queued before it, whatever order they came back in and
+// however waiters leave the queue.
+func TestWaitQueueTickets(t *testing.T) {
 	var q waitQueue[int]
 	ws, names := map[string]*waiter[int]{}, map[*waiter[int]]string{}
 	w := func(name string) *waiter[int] {
@@ -1072,25 +1075,36 @@ func TestWaitQueueAhead(t *testing.T) {
 		require.Len(t, fwd, q.n)
 		return fwd
 	}
-	q.pushBack(w("b1"))
-	q.pushAhead(w("a1"))
-	q.pushBack(w("b2"))
-	q.pushAhead(w("a2"))
-	assert.Equal(t, []string{"a1", "a2", "b1", "b2"}, order())
-	q.remove(w("a2")) // the last of the run
-	q.pushAhead(w("a3"))
-	assert.Equal(t, []string{"a1", "a3", "b1", "b2"}, order())
-	q.remove(w("a1")) // the first of the run
-	q.pushAhead(w("a4"))
-	assert.Equal(t, []string{"a3", "a4", "b1", "b2"}, order())
-	q.remove(w("a3"))
-	q.remove(w("a4")) // the run is gone
-	q.remove(w("b2")) // the tail
-	q.pushAhead(w("a5"))
-	assert.Equal(t, []string{"a5", "b1"}, order())
-	q.remove(w("b1"))
-	q.remove(w("a5"))
-	q.pushAhead(w("a6")) // into an empty queue
-	q.pushBack(w("b3"))
-	assert.Equal(t, []string{"a6", "b3"}, order())
+	// again queues w again with the ticket it had, as a lease whose item
+	// failed its check does.
+	again := func(name string, ticket uint64) {
+		w(name).ticket = ticket
+		q.pushAgain(w(name))
+	}
+	for _, name := range []string{"w1", "w2", "w3", "w4"} {
+		q.pushBack(w(name))
+	}
+	t1, t2, t3 := w("w1").ticket, w("w2").ticket, w("w3").ticket
+	require.Less(t, t1, t2)
+	q.remove(w("w1"))
+	q.remove(w("w2"))
+	q.remove(w("w3")) // granted: the three hold items, w4 waits
+	again("w2", t2)   // w2's item failed first
+	again("w1", t1)   // then w1's: it first queued before w2
+	assert.Equal(t, []string{"w1", "w2", "w4"}, order())
+	again("w3", t3)
+	assert.Equal(t, []string{"w1", "w2", "w3", "w4"}, order())
+	again("n0", 0) // a lease that never waited: nobody waited when it took its item
+	assert.Equal(t, []string{"n0", "w1", "w2", "w3", "w4"}, order())
+	q.remove(w("w4")) // the tail
+	q.remove(w("w1")) // in the middle
+	q.pushBack(w("w5"))
+	again("w1", t1)
+	assert.Equal(t, []string{"n0", "w1", "w2", "w3", "w5"}, order())
+	for _, name := range []string{"n0", "w1", "w2", "w3", "w5"} {
+		q.remove(w(name))
+	}
+	again("w2", t2) // into an empty queue
+	q.pushBack(w("w6"))
+	assert.Equal(t, []string{"w2", "w6"}, order())
 }

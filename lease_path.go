@@ -23,8 +23,9 @@ func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
 }
 
 // TryLease is Lease without the wait: when MaxSize items are in use, or
-// other leases already wait for one, it returns ErrExhausted at once. It
-// may still create and prepare an item, within ctx.
+// other leases already wait for one, it returns ErrExhausted at once, and
+// while the pool is down (Options.FailFastAfter) with no item idle,
+// ErrBackendDown. It may still create and prepare an item, within ctx.
 func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 	return p.lease(ctx, noWait, nil)
 }
@@ -110,7 +111,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 // leaseFromGate takes an idle item, or a permit to create one, from the
 // gate, which queues the lease when there is neither.
 func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
-	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs)
+	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs, 0)
 	if a == admitted && p.route.lease == leaseAsIs {
 		if p.opts.MinIdle > 0 {
 			p.ask(wantSpares) // it may have taken the last spare
@@ -131,6 +132,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 	if lt == nil {
 		lt = &own
 	}
+	var ticket uint64 // its place in line, from its first wait
 	for {
 		// Refused: fail with the reason.
 		if a.refused() {
@@ -138,6 +140,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		}
 		// Queued: wait for a permit, perhaps with an item.
 		if a == queued {
+			ticket = w.ticket // before the wait, which recycles w
 			var err error
 			if e, err = p.wait(ctx, w, lt); err != nil {
 				return Lease[T]{}, err
@@ -150,7 +153,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		e, t, why, err = p.takeReady(ctx, e, lt)
 		if err == errAnotherPermit {
 			failed := e
-			e, w, a = p.anotherPermit(ctx, wait)
+			e, w, a = p.anotherPermit(ctx, wait, ticket)
 			p.destroyLater(failed, why, nil) // after: the permit it frees may be the lease's
 			continue
 		}
@@ -202,12 +205,12 @@ func (lt *leaseTimes) left(d time.Duration) time.Duration {
 }
 
 // anotherPermit asks the gate for another permit for a lease whose idle item
-// failed; one that may wait queues ahead of later leases (waitAgain).
-func (p *Pool[T]) anotherPermit(ctx context.Context, wait waitChoice) (*entry[T], *waiter[T], admission) {
+// failed; one that may wait queues again with its ticket (waitAgain).
+func (p *Pool[T]) anotherPermit(ctx context.Context, wait waitChoice, ticket uint64) (*entry[T], *waiter[T], admission) {
 	if wait == mayWait {
 		wait = waitAgain
 	}
-	return p.g.acquire(ctx, wait, false)
+	return p.g.acquire(ctx, wait, false, ticket)
 }
 
 // refused fails a lease that the gate refused as a.
@@ -223,6 +226,8 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().creating)
 	case refusedQueueFull:
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queueFull)
+	case refusedDown:
+		return p.leaseFailed(ctx, errDown, p.backendDown())
 	default:
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queue)
 	}
@@ -247,6 +252,8 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 		t, err = errTimeout, p.timeoutError(lt.since)
 	case err == ErrClosed:
 		t, err = errClosed, p.errClosed
+	case err == ErrBackendDown:
+		t, err = errDown, p.backendDown()
 	default:
 		t = errCanceled
 	}

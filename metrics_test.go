@@ -393,7 +393,7 @@ func TestMetricsCanceledCreation(t *testing.T) {
 // max_uses.
 func TestMetricsBackendDownAndMaxUses(t *testing.T) {
 	mp, r := mtProvider(t)
-	p, tr := newTracked(t, Options[*conn]{Name: "outage", MaxSize: 2, FailFastAfter: 1, MaxUses: 1,
+	p, tr := newTracked(t, Options[*conn]{Name: "outage", MaxSize: 2, FailFastAfter: 1, CreateTimeout: 10 * time.Second, MaxUses: 1,
 		UpkeepInterval: 16 * time.Millisecond, MeterProvider: mp})
 	set := mtAttrs("outage")
 	down := func() int64 {

@@ -73,8 +73,8 @@ type Options[T any] struct {
 	// LeaseTimeout, for an item released or created meanwhile, or for its
 	// turn to create; TryLease then fails with ErrExhausted. A creation
 	// keeps its turn until the factory returns, also after its lease gave
-	// up: bound it with CreateTimeout. At least 0. Default 0: no cap but
-	// MaxSize.
+	// up, so it requires CreateTimeout: New refuses MaxConcurrentCreates
+	// without it. At least 0. Default 0: no cap but MaxSize.
 	MaxConcurrentCreates int
 
 	// LeaseTimeout bounds, from the Lease call, all of a lease's waits for an
@@ -89,20 +89,27 @@ type Options[T any] struct {
 	PreparationTimeout time.Duration
 
 	// CreateTimeout bounds one Factory.Create call, also one that finishes
-	// in the background after its caller gave up. 0: until Close.
+	// in the background after its caller gave up. MaxConcurrentCreates and
+	// FailFastAfter require it. 0: until Close.
 	CreateTimeout time.Duration
 
-	// FailFastAfter: after this many failed creations in a row, the pool is
-	// down. While it is down, a lease that finds no idle item fails at once
-	// with an error wrapping ErrBackendDown and the last creation's error,
-	// instead of calling the factory; leases that find an idle item still get
-	// it. One creation in the background, and no other, probes the backend,
-	// with backoff (doubling, up to UpkeepInterval, or 30 s without the
-	// upkeep); its first success brings the pool up again, and its item goes
-	// to the oldest waiting lease, or idle. Stats.BackendDown and the metric
+	// FailFastAfter: after this many failed creations in a row (an error, a
+	// nil item, CreateTimeout), the pool is down. While it is down, a lease
+	// that would have to create an item fails at once, whatever the probe
+	// is doing, with an error wrapping ErrBackendDown and the last
+	// creation's error, and takes no place under MaxSize and no turn under
+	// MaxConcurrentCreates; so do the leases waiting when a place comes
+	// free. A lease that finds an idle item still gets it, and one waiting
+	// while every item is in use gets the next one released. One creation in
+	// the background, and no other, probes the backend, with backoff
+	// (doubling, up to UpkeepInterval, or 30 s without the upkeep), so the
+	// pool is up again within one backoff step of the backend's return,
+	// however many leases keep coming; the probe's item goes to the oldest
+	// waiting lease, or idle. Stats.BackendDown and the metric
 	// pool.backend.down say whether the pool is down; Logger gets a Warn when
-	// it goes down and an Info when it comes back. At least 0. Default 0:
-	// never down, every lease that needs an item creates one.
+	// it goes down and an Info when it comes back. It requires CreateTimeout,
+	// or a creation that never returns would never count. At least 0.
+	// Default 0: never down, every lease that needs an item creates one.
 	FailFastAfter int
 
 	// IdleTimeout: an item idle longer than this is destroyed; without
@@ -260,7 +267,27 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	if o.MaxLifetimeJitter > 0 && o.MaxLifetime == 0 {
 		return o, fmt.Errorf("%w: MaxLifetimeJitter is %v but MaxLifetime is 0: there is no lifetime to spread", ErrInvalidOptions, o.MaxLifetimeJitter)
 	}
-	return o, nil
+	return o, o.checkCreateTimeout()
+}
+
+// checkCreateTimeout refuses the options that need a bound on each
+// creation and lack it: a factory call that never returns would hold its
+// turn under MaxConcurrentCreates for good, and would never count toward
+// FailFastAfter.
+func (o Options[T]) checkCreateTimeout() error {
+	if o.CreateTimeout > 0 {
+		return nil
+	}
+	const set = `set CreateTimeout too, to the longest a healthy dial takes (for example "10s")`
+	switch {
+	case o.MaxConcurrentCreates > 0:
+		return fmt.Errorf("%w: MaxConcurrentCreates is %d but CreateTimeout is 0: a creation that never returns would keep its turn to create for good, and leases would wait behind it; %s",
+			ErrInvalidOptions, o.MaxConcurrentCreates, set)
+	case o.FailFastAfter > 0:
+		return fmt.Errorf("%w: FailFastAfter is %d but CreateTimeout is 0: a creation that never returns never fails, so a backend that stops answering would never put the pool down; %s",
+			ErrInvalidOptions, o.FailFastAfter, set)
+	}
+	return nil
 }
 
 // defaultName is T's type name without package paths or leading pointer

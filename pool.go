@@ -338,13 +338,16 @@ func (p *Pool[T]) retired(e *entry[T]) bool {
 // Close closes the pool: new leases fail with ErrClosed, every waiting
 // lease is woken with ErrClosed, idle items are destroyed now and leased
 // items when they come back; creations in flight are canceled through their
-// context. Close returns once the Destroy calls of the idle items, and of
-// the items whose destruction was under way, have returned (each waited
-// for at most Options.DestroyTimeout), with the joined errors of the idle
-// items' Destroy calls (a panic's among them; each is also logged, as
-// every failed Destroy is); after it, no Destroy starts but for the items
-// of leases that end later. Called from inside a Destroy, Close cannot
-// wait for that call, and waits for every other Destroy. The pool's gauges stop
+// context. Close returns once every creation under way has ended, also one
+// whose lease gave up (a factory that ignores its ctx is waited for until
+// it returns), and once the Destroy calls of the idle items, of such
+// creations' items and of the items whose destruction was under way have
+// returned (each waited for at most Options.DestroyTimeout), with the
+// joined errors of the idle items' Destroy calls (a panic's among them;
+// each is also logged, as every failed Destroy is); after it, no Destroy
+// starts but for the items of leases that end later. Called from inside a
+// Destroy, or a creation (its factory, its ctx's methods), Close cannot
+// wait for that call, and waits for every other. The pool's gauges stop
 // reporting; its counters and histograms go on recording what the leases
 // still out do. A lease already under way may still succeed; its item is
 // destroyed on release. Close is idempotent: later calls do nothing and
@@ -388,14 +391,20 @@ func (p *Pool[T]) close(ctx context.Context) (err, werr error) {
 }
 
 // waitBackground waits, after Close, until no callback of the pool's own
-// work (the upkeep, the filler) runs, or ctx ends.
+// work (the upkeep, the filler) runs and every creation under way has
+// ended, abandoned ones too, with its item handed on; or until ctx ends.
+// From inside a creation (its factory, its ctx's methods, the Logger) it
+// cannot wait for that one: it waits for the others.
 func (p *Pool[T]) waitBackground(ctx context.Context) error {
 	if p.upkeep != nil {
 		if err := p.upkeep.wait(ctx); err != nil {
 			return err
 		}
 	}
-	return p.tasks.wait(ctx)
+	if err := p.tasks.wait(ctx); err != nil {
+		return err
+	}
+	return awaitOr(ctx, p.g.whenSettled(turnsOnStack()))
 }
 
 // Shutdown closes the pool as Close does, then waits until every lease has
@@ -421,7 +430,7 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 	if werr := p.waitBackground(ctx); werr != nil {
 		return errors.Join(err, werr)
 	}
-	if werr := awaitOr(ctx, p.g.whenDrained()); werr != nil {
+	if werr := awaitOr(ctx, p.g.whenSettled(-1)); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return err

@@ -91,6 +91,9 @@ func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
 				p.m.prepErrors.Add(ctx, 1, p.m.add...)
 			}
 		}
+		if ctx.Err() == nil {
+			err = ownCtxErr(err) // PreparationTimeout's, or the Preparer's own: not the caller's ctx
+		}
 		if timedOut {
 			return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)
 		}

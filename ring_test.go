@@ -86,7 +86,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 	t.Run("parked before the lease looked: taken without queueing", func(t *testing.T) {
 		g, e := rgGate()
 		require.True(t, g.slots.park(e))
-		got, w, a := g.acquire(context.Background(), mayWait, true)
+		got, w, a := g.acquire(context.Background(), mayWait, true, 0)
 		require.Equal(t, admitted, a)
 		assert.Same(t, e, got, "the lease found it in the slot")
 		assert.Nil(t, w, "without queueing")

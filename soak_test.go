@@ -265,6 +265,9 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		MaxConcurrentCreates: cfg.maxCreating,
 		Logger:               f.logger(),
 	}
+	if cfg.maxCreating > 0 {
+		opts.CreateTimeout = time.Minute // required with the cap; no slow dial reaches it
+	}
 	if cfg.metrics {
 		s.reader = sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.reader))

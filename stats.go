@@ -119,7 +119,7 @@ func (p *Pool[T]) Stats() Stats {
 		CreateErrors:   p.c.createFails.Load(),
 		Leaked:         p.leaks.leaked.Load(),
 		LongLeases:     p.c.longLeases.Load(),
-		BackendDown:    p.health.down.Load(),
+		BackendDown:    p.g.down.Load(),
 	}
 	p.c.mu.Lock()
 	s.Created, s.Destroyed, s.Detached = p.c.created, p.c.destroyed, p.c.detached

@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"context"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -139,3 +140,40 @@ func goroutineID() uint64 {
 	}
 	return 0
 }
+
+// turnsOnStack counts the turns to create that the caller's goroutine
+// holds: the frames of the functions that hold one throughout (turnHolders),
+// from which user code is called (the factory, a ctx's methods, the
+// Logger). A Close from inside such code cannot wait for that turn. It
+// walks the stack, so only Close pays. A frame names the pool's type, not
+// the pool: a Close of one pool from inside another's creation waits for
+// one creation fewer.
+func turnsOnStack() int {
+	pcs := make([]uintptr, 64)
+	n := runtime.Callers(2, pcs)
+	for n == len(pcs) {
+		pcs = make([]uintptr, 2*len(pcs))
+		n = runtime.Callers(2, pcs)
+	}
+	k := 0
+	frames := runtime.CallersFrames(pcs[:n])
+	for more := true; more; {
+		var f runtime.Frame
+		f, more = frames.Next()
+		if slices.Contains(turnHolders[:], f.Function) {
+			k++
+		}
+	}
+	return k
+}
+
+// turnHolders are the names the frames of the functions that hold a turn to
+// create have, for every T: a lease's creation, one its caller may abandon,
+// and one of the pool's own.
+var turnHolders = func() (names [3]string) {
+	prefix := reflect.TypeFor[Pool[int]]().PkgPath() + ".(*Pool[...])."
+	for i, f := range []string{"create", "createAsync", "createIdle"} {
+		names[i] = prefix + f
+	}
+	return names
+}()

@@ -976,8 +976,9 @@ func TestTCPOutage(t *testing.T) {
 	f.peak.Store(f.inFlight.Load()) // from here on only the probe dials
 	dialsWhenDown := p.Stats().CreateErrors
 	time.Sleep(250 * time.Millisecond)
-	// The probe dials at once, then 6.25, 12.5, 25, 50 and 100 ms apart.
-	assert.LessOrEqual(t, p.Stats().CreateErrors-dialsWhenDown, uint64(6), "the probe's dials in 250 ms")
+	// The probe dials at once, then 6.25, 12.5, 25, 50 and 100 ms apart; a
+	// dial under way as the pool went down may fail after.
+	assert.LessOrEqual(t, p.Stats().CreateErrors-dialsWhenDown, uint64(6+maxCreating-1), "the probe's dials in 250 ms")
 	assert.LessOrEqual(t, f.peak.Load(), int64(1), "while down, the probe dials alone")
 	close(stop)
 	var down int

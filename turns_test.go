@@ -20,7 +20,7 @@ import (
 // next waiting lease, which creates.
 func TestCancelAtTurnGrantPassesTurnOn(t *testing.T) {
 	for round := range 20 {
-		p, tr := newTracked(t, Options[*conn]{MaxSize: 4, MaxConcurrentCreates: 1})
+		p, tr := newTracked(t, Options[*conn]{MaxSize: 4, MaxConcurrentCreates: 1, CreateTimeout: 10 * time.Second})
 		block := make(chan struct{})
 		setBlock(tr, block)
 		creator := leaseAsync(context.Background(), p) // takes the only turn, its factory blocked
@@ -54,7 +54,7 @@ func TestCancelAtTurnGrantPassesTurnOn(t *testing.T) {
 // turn with ErrClosed, cancels the creation under way, and leaves no turn
 // taken.
 func TestCloseWhileLeasesWaitForATurn(t *testing.T) {
-	p, tr := newTracked(t, Options[*conn]{MaxSize: 8, MaxConcurrentCreates: 1})
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 8, MaxConcurrentCreates: 1, CreateTimeout: 10 * time.Second})
 	setBlock(tr, make(chan struct{})) // never opened: Close's cancellation ends the creation
 	var outs []<-chan leaseOutcome
 	for range 6 {
@@ -95,7 +95,7 @@ func TestTurnsUnderChurn(t *testing.T) {
 		return &conn{}, nil
 	})
 	p, err := New(context.Background(), f, Options[*conn]{
-		MaxSize: 6, MaxConcurrentCreates: maxCreating, MinIdle: 1,
+		MaxSize: 6, MaxConcurrentCreates: maxCreating, CreateTimeout: 10 * time.Second, MinIdle: 1,
 		Destroy: func(c *conn) error { live.Add(-1); return c.Close() },
 	})
 	require.NoError(t, err)
@@ -169,7 +169,7 @@ func TestNewSeedsWithinTheCap(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 		return &conn{}, nil
 	})
-	p, err := New(context.Background(), f, Options[*conn]{MinSize: 8, MaxSize: 8, MaxConcurrentCreates: 2})
+	p, err := New(context.Background(), f, Options[*conn]{MinSize: 8, MaxSize: 8, MaxConcurrentCreates: 2, CreateTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	defer p.Close()
 	assert.Equal(t, 8, p.Stats().ItemsAvailable)
@@ -180,7 +180,7 @@ func TestNewSeedsWithinTheCap(t *testing.T) {
 // to create says that the creations stayed at MaxConcurrentCreates, not
 // that every item stayed in use.
 func TestLeaseTimeoutAtTheCapSaysSo(t *testing.T) {
-	p, tr := newTracked(t, Options[*conn]{MaxSize: 4, MaxConcurrentCreates: 1, LeaseTimeout: 20 * time.Millisecond})
+	p, tr := newTracked(t, Options[*conn]{MaxSize: 4, MaxConcurrentCreates: 1, CreateTimeout: 10 * time.Second, LeaseTimeout: 20 * time.Millisecond})
 	block := make(chan struct{})
 	setBlock(tr, block)
 	creator := leaseAsync(context.Background(), p)
