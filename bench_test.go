@@ -196,6 +196,73 @@ func BenchmarkHandoff(b *testing.B) {
 	assert.Equal(b, 2*uint64(b.N), waits, "a lease did not wait for a hand-off")
 }
 
+// BenchmarkGrantPastEndedLeases measures a timeout storm: dead leases
+// queued ahead of one live lease, their ctx ended at the same instant (a
+// stalled backend's deadline), and a Release at once. It reports
+// ns/reach, the time from that Release's call until the live lease's Lease
+// returned with the item, which should not grow with the number of dead
+// leases (doc.go, "Waiting and errors": a grant skips leases whose ctx has
+// ended); ns/op also counts the setup.
+func BenchmarkGrantPastEndedLeases(b *testing.B) {
+	for _, dead := range []int{0, 64, 2048} {
+		b.Run(fmt.Sprintf("dead=%d", dead), func(b *testing.B) {
+			p, done := bnPool(b, Options[*conn]{MinSize: 1, MaxSize: 1})
+			defer done()
+			held, err := p.Lease(context.Background())
+			require.NoError(b, err)
+			var reach time.Duration
+			for b.Loop() {
+				var d time.Duration
+				held, d = bnStorm(b, p, held, dead)
+				reach += d
+			}
+			held.Release()
+			b.ReportMetric(float64(reach.Nanoseconds())/float64(b.N), "ns/reach")
+		})
+	}
+}
+
+// bnStorm queues dead leases whose ctx then ends and a live one behind
+// them, releases held, and returns the live lease and how long after the
+// Release's call it got the item.
+func bnStorm(b *testing.B, p *Pool[*conn], held Lease[*conn], dead int) (Lease[*conn], time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range dead {
+		wg.Go(func() {
+			if l, err := p.Lease(ctx); err == nil {
+				b.Errorf("a lease whose ctx ended got an item")
+				l.Release()
+			}
+		})
+	}
+	for p.Stats().QueuedLeases < dead {
+		runtime.Gosched()
+	}
+	type got struct {
+		l  Lease[*conn]
+		at time.Time
+	}
+	live := make(chan got, 1)
+	go func() {
+		l, err := p.Lease(context.Background())
+		at := time.Now()
+		if err != nil {
+			b.Errorf("the live lease: %v", err)
+		}
+		live <- got{l, at}
+	}()
+	for p.Stats().QueuedLeases < dead+1 {
+		runtime.Gosched()
+	}
+	cancel()
+	start := time.Now()
+	held.Release()
+	g := <-live
+	wg.Wait()
+	return g.l, g.at.Sub(start)
+}
+
 // bnAwaitQueued returns once a lease is queued on p, or ctx has ended.
 func bnAwaitQueued(ctx context.Context, p *Pool[*conn]) {
 	for p.Stats().QueuedLeases == 0 && ctx.Err() == nil {
@@ -209,10 +276,11 @@ func BenchmarkCreate(b *testing.B) {
 	bnCreate(b, Options[*conn]{MaxSize: 1})
 }
 
-// BenchmarkCreateCapped is BenchmarkCreate with MaxConcurrentCreates: what
-// taking and giving back a turn to create costs.
+// BenchmarkCreateCapped is BenchmarkCreate with MaxConcurrentCreates and the
+// CreateTimeout it requires: what taking and giving back a turn to create,
+// and the timer that bounds the creation, cost.
 func BenchmarkCreateCapped(b *testing.B) {
-	bnCreate(b, Options[*conn]{MaxSize: 1, MaxConcurrentCreates: 1})
+	bnCreate(b, Options[*conn]{MaxSize: 1, MaxConcurrentCreates: 1, CreateTimeout: time.Hour})
 }
 
 func bnCreate(b *testing.B, opts Options[*conn]) {
@@ -236,7 +304,7 @@ func bnCreate(b *testing.B, opts Options[*conn]) {
 // down (FailFastAfter) and no item is idle.
 func BenchmarkLeaseBackendDown(b *testing.B) {
 	f := FactoryFunc[*conn](func(context.Context) (*conn, error) { return nil, errBoom })
-	p, err := New(context.Background(), f, Options[*conn]{MaxSize: 4, FailFastAfter: 1, UpkeepInterval: time.Hour})
+	p, err := New(context.Background(), f, Options[*conn]{MaxSize: 4, FailFastAfter: 1, CreateTimeout: time.Hour, UpkeepInterval: time.Hour})
 	require.NoError(b, err)
 	defer p.Close()
 	ctx := context.Background()
