@@ -110,13 +110,15 @@
 // in a FIFO queue. A released or newly created item goes straight to the
 // oldest waiting lease, and a destroyed item's place, or an ended creation's
 // turn, goes to it as the right to create a fresh one: a woken lease never
-// wakes to nothing and no newcomer overtakes the queue. A Release
+// wakes to nothing and no newcomer overtakes the queue. A grant passes over
+// leases whose ctx has ended, so a storm of them does not delay the live
+// ones. A Release
 // that hands its item over yields its processor once, so that the woken
 // lease runs at once: under saturation that Release may take a scheduler's
 // time slice to return, and Stats.WaitTime reads less. A lease whose item
-// fails its check keeps its place: it waits again ahead of the leases that
-// queued after it, and MaxQueuedLeases does not refuse it. The wait ends
-// with:
+// fails its check keeps its place in line: it waits again ahead of the
+// leases that first queued after it, in the order they first queued, and
+// MaxQueuedLeases does not refuse it. The wait ends with:
 //
 //   - an item;
 //   - [ErrLeaseTimeout], once Options.LeaseTimeout has passed since the
@@ -127,7 +129,11 @@
 //     too, which [errors.Is] and [errors.As] reach;
 //   - ctx.Err() when the caller's ctx ends first, as it is, never
 //     ErrLeaseTimeout, so that a pool too small and a caller out of time are
-//     told apart with [errors.Is];
+//     told apart with [errors.Is]: a pool's error matches
+//     [context.DeadlineExceeded] or [context.Canceled] only when the
+//     caller's own ctx ended, never for CreateTimeout, PreparationTimeout
+//     or Close ending a creation or check (errors.As still finds the
+//     factory's own error types);
 //   - [ErrClosed] when the pool closes.
 //
 // Giving up wins at the instant of a grant: a waiter whose item and ended
@@ -240,11 +246,13 @@
 //   - Options.FailFastAfter: after that many failed creations in a row the
 //     pool is down. A lease that would have to create fails at once with an
 //     error wrapping [ErrBackendDown] and the last creation's error, so
-//     errors.Is(err, syscall.ECONNREFUSED) still works; a lease that finds
-//     an idle item gets it. One creation in the background probes the
-//     server, with backoff (doubling up to UpkeepInterval, or 30 s without
-//     the upkeep); the first that succeeds brings the pool up, and its item
-//     goes to the oldest waiting lease. Stats.BackendDown and the metric
+//     errors.Is(err, syscall.ECONNREFUSED) still works, and takes no place
+//     and no turn to create; a lease that finds an idle item gets it. One
+//     creation in the background probes the server, with backoff (doubling
+//     up to UpkeepInterval, or 30 s without the upkeep), never starved by
+//     leases: the pool is up within one backoff step of the server's
+//     return, however many leases keep coming, and the probe's item goes to
+//     the oldest waiting lease. Stats.BackendDown and the metric
 //     pool.backend.down say whether the pool is down; the Logger hears once
 //     when it goes down (Warn) and once when it comes back (Info).
 //   - Options.MaxConcurrentCreates: the dials at once, leases' and
@@ -253,8 +261,10 @@
 //   - Options.MaxUses: an item is destroyed after that many leases, so
 //     connections move to a server added behind a load balancer.
 //
-// Without FailFastAfter, [ErrLeaseTimeout] still says why no item came: it
-// wraps the last creation error when one failed during the wait.
+// The first two require Options.CreateTimeout: a dial that never returned
+// would hold its turn for good, and never count as failed. Without
+// FailFastAfter, [ErrLeaseTimeout] still says why no item came: it wraps
+// the last creation error when one failed during the wait.
 // examples/outage shows FailFastAfter and MaxConcurrentCreates at work
 // against a server it stops and restarts.
 //
