@@ -45,31 +45,7 @@ func (p *Pool[T]) seed(ctx context.Context) error {
 	results := make(chan seedResult[T], n)
 	sem := make(chan struct{}, min(seedParallelism, p.g.maxCreating))
 	for range n {
-		go func() {
-			r := seedResult[T]{panicVal: errFactoryGoexit} // until the factory returns
-			defer func() {
-				if v := recover(); v != nil {
-					r.panicVal = newPanicError(v)
-				}
-				results <- r
-			}()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if err := sctx.Err(); err != nil {
-				r = seedResult[T]{err: err} // another creation failed: don't start
-				return
-			}
-			cctx, cancelCreate := sctx, context.CancelFunc(func() {})
-			if p.opts.CreateTimeout > 0 {
-				cctx, cancelCreate = context.WithTimeout(sctx, p.opts.CreateTimeout)
-			}
-			defer cancelCreate()
-			e, err := p.newEntry(cctx)
-			if err != nil && ctx.Err() == nil {
-				err = ownCtxErr(err) // CreateTimeout's, or the first failure's cancel: not New's ctx
-			}
-			r = seedResult[T]{e: e, err: err}
-		}()
+		go p.seedOne(ctx, sctx, sem, results)
 	}
 	var first error
 	var panicVal any
@@ -99,6 +75,35 @@ func (p *Pool[T]) seed(ctx context.Context) error {
 		panic(panicVal)
 	}
 	return err
+}
+
+// seedOne is one of seed's creations, under sctx (New's ctx, canceled at
+// the first failure) and sem: it sends its result, a panic or Goexit of
+// the factory included.
+func (p *Pool[T]) seedOne(ctx, sctx context.Context, sem chan struct{}, results chan<- seedResult[T]) {
+	r := seedResult[T]{panicVal: errFactoryGoexit} // until the factory returns
+	defer func() {
+		if v := recover(); v != nil {
+			r.panicVal = newPanicError(v)
+		}
+		results <- r
+	}()
+	sem <- struct{}{}
+	defer func() { <-sem }()
+	if err := sctx.Err(); err != nil {
+		r = seedResult[T]{err: err} // another creation failed: don't start
+		return
+	}
+	cctx, cancelCreate := sctx, context.CancelFunc(func() {})
+	if p.opts.CreateTimeout > 0 {
+		cctx, cancelCreate = context.WithTimeout(sctx, p.opts.CreateTimeout)
+	}
+	defer cancelCreate()
+	e, err := p.newEntry(cctx)
+	if err != nil && ctx.Err() == nil {
+		err = ownCtxErr(err) // CreateTimeout's, or the first failure's cancel: not New's ctx
+	}
+	r = seedResult[T]{e: e, err: err}
 }
 
 // creation is one factory call that its caller may abandon.

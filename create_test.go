@@ -533,23 +533,6 @@ func TestLifecycleAbandonedCreationPanicFreesPermit(t *testing.T) {
 	assert.Zero(t, s.ItemsAvailable)
 }
 
-// stubbornFactory is a factory that ignores its context, as a careless dial
-// does: each Create announces itself on started, then waits for proceed.
-type stubbornFactory struct {
-	started chan struct{} // buffered
-	proceed chan struct{}
-	made    chan *conn // buffered: the items created
-	next    atomic.Int64
-}
-
-func (f *stubbornFactory) Create(context.Context) (*conn, error) {
-	f.started <- struct{}{}
-	<-f.proceed
-	c := &conn{id: int(f.next.Add(1))}
-	f.made <- c
-	return c, nil
-}
-
 // A Close called from inside a lease's factory call returns: it cannot wait
 // for the creation it is part of, and waits for the others (Pool.Close).
 func TestLifecycleCloseFromALeasesFactoryReturns(t *testing.T) {

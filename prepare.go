@@ -83,22 +83,29 @@ func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
 		err = context.DeadlineExceeded
 	}
 	if err != nil {
-		// An upkeep check that Close cut short says nothing about the item;
-		// a lease's counts whatever ended it.
-		if ctx != p.done || p.done.Err() == nil {
-			p.c.prepareFail.Add(1)
-			if p.m != nil {
-				p.m.prepErrors.Add(ctx, 1, p.m.add...)
-			}
-		}
-		if ctx.Err() == nil {
-			err = ownCtxErr(err) // PreparationTimeout's, or the Preparer's own: not the caller's ctx
-		}
-		if timedOut {
-			return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)
-		}
-		return fmt.Errorf("pool %q: prepare item: %w", p.opts.Name, err)
+		return p.prepareFailed(ctx, err, timedOut)
 	}
 	e.checked = true
 	return nil
+}
+
+// prepareFailed counts a failed check under ctx and returns its error,
+// wrapped: ErrPreparationTimeout when it timed out, and neither ctx
+// sentinel unless the caller's ctx ended (ownCtxErr).
+func (p *Pool[T]) prepareFailed(ctx context.Context, err error, timedOut bool) error {
+	// An upkeep check that Close cut short says nothing about the item;
+	// a lease's counts whatever ended it.
+	if ctx != p.done || p.done.Err() == nil {
+		p.c.prepareFail.Add(1)
+		if p.m != nil {
+			p.m.prepErrors.Add(ctx, 1, p.m.add...)
+		}
+	}
+	if ctx.Err() == nil {
+		err = ownCtxErr(err) // PreparationTimeout's, or the Preparer's own: not the caller's ctx
+	}
+	if timedOut {
+		return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)
+	}
+	return fmt.Errorf("pool %q: prepare item: %w", p.opts.Name, err)
 }
