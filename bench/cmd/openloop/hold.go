@@ -6,11 +6,11 @@ import (
 )
 
 // hold is what a request does while it holds its item: CPU work of spins
-// rounds of spin, or, with cpu false, a time.Sleep of sleep.
+// rounds of spin, or, with cpu false, a time.Sleep of length.
 type hold struct {
-	cpu   bool
-	spins int
-	sleep time.Duration
+	cpu    bool
+	spins  int
+	length time.Duration // the sleep, or what the spins were calibrated to
 }
 
 // do holds for one request; x is the spin's state, not 0, returned so that
@@ -19,7 +19,7 @@ func (h hold) do(x uint64) uint64 {
 	if h.cpu {
 		return spin(h.spins, x)
 	}
-	time.Sleep(h.sleep)
+	time.Sleep(h.length)
 	return x
 }
 

@@ -3,7 +3,7 @@
 // channel pool, against the ideal FIFO queue with as many servers as the
 // pool has items.
 //
-//	go run ./cmd/openloop                           # from bench/: the whole matrix, about 2 minutes
+//	go run ./cmd/openloop                           # from bench/: the whole matrix, about 80 s
 //	go run ./cmd/openloop -hold cpu -load 0.85 -rounds 6 -v
 //
 // Requests arrive at Poisson instants. Each runs on a goroutine of its own:
@@ -147,9 +147,9 @@ func parseFlags(args []string) (options, error) {
 func configs(o options, spins int) []config {
 	var cs []config
 	for _, kind := range o.kinds {
-		c := config{kind: kind, items: o.procs, hold: hold{cpu: true, spins: spins}, nominal: cpuWork}
+		c := config{kind: kind, items: o.procs, hold: hold{cpu: true, spins: spins, length: cpuWork}, nominal: cpuWork}
 		if kind == "io" {
-			c = config{kind: kind, items: ioItems, hold: hold{sleep: ioSleep}, nominal: ioSleep, measured: true}
+			c = config{kind: kind, items: ioItems, hold: hold{length: ioSleep}, nominal: ioSleep, measured: true}
 		}
 		loads := o.loads
 		if loads == nil {

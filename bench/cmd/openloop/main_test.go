@@ -191,7 +191,7 @@ func TestAnalyze(t *testing.T) {
 // started, leased, hold ended, released), the hold as long as asked.
 func TestRound(t *testing.T) {
 	arrivals := schedule(nil, rand.New(rand.NewPCG(3, 4)), 20000, 5*time.Millisecond)
-	h := hold{sleep: 50 * time.Microsecond}
+	h := hold{length: 50 * time.Microsecond}
 	msl, err := newMSL(2, h)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestRound(t *testing.T) {
 		for _, s := range []*server{msl, newChannel(2, h)} {
 			for i, smp := range s.runRound(arrivals, w) {
 				a := arrivals[i]
-				if !(a <= smp.spawned && smp.spawned <= smp.leased && smp.held-smp.leased >= h.sleep && smp.held <= smp.done) {
+				if !(a <= smp.spawned && smp.spawned <= smp.leased && smp.held-smp.leased >= h.length && smp.held <= smp.done) {
 					t.Errorf("%s, -timer %s, request %d arriving at %v: out of order: %+v", s.name, timer, i, a, smp)
 				}
 			}
@@ -225,7 +225,7 @@ func TestWaiters(t *testing.T) {
 		}
 		for range 20 {
 			until := time.Now().Add(100 * time.Microsecond)
-			w.wait(until)
+			w.wait(until, 0)
 			if early := time.Until(until); early > 0 {
 				t.Errorf("-timer %s returned %v early", timer, early)
 			}

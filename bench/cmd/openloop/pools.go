@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/msl-armory/pool"
@@ -39,6 +40,14 @@ type server struct {
 	hold    hold
 	pending sync.WaitGroup // the round's requests still running
 
+	// inflight counts the requests started and not yet returned from
+	// Release. From busyFrom in flight (0: never), every processor is
+	// busy: a CPU hold spins on a processor, and the CPU kind has as many
+	// items as processors, so a request in flight beyond them waits for a
+	// holder that spins, or is runnable itself.
+	inflight atomic.Int64
+	busyFrom int64
+
 	// fns[i] serves request i. They are built before the rounds, so that
 	// `go fns[i]()` allocates nothing but the goroutine: a go statement
 	// with an argument would allocate a closure to carry it.
@@ -58,6 +67,26 @@ func (s *server) grow(n int) {
 	}
 }
 
+// newServer returns a server's common part, name's over items items.
+func newServer(name string, items int, h hold) *server {
+	s := &server{name: name, hold: h}
+	if h.cpu {
+		s.busyFrom = int64(items)
+	}
+	return s
+}
+
+// slack is how long after the next arrival's instant the generator's
+// wake-up from outside the scheduler may come (see timerfd): none while a
+// processor may idle, a hold while every one is busy and one will run the
+// generator's timer when its hold ends.
+func (s *server) slack() time.Duration {
+	if s.busyFrom > 0 && s.inflight.Load() >= s.busyFrom {
+		return s.hold.length
+	}
+	return 0
+}
+
 // since is the offset of now from the round's start.
 func (s *server) since() time.Duration { return time.Since(s.start) }
 
@@ -70,7 +99,8 @@ func newMSL(items int, h hold) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool.New: %w", err)
 	}
-	s := &server{name: "msl", hold: h, closePool: p.Close}
+	s := newServer("msl", items, h)
+	s.closePool = p.Close
 	ctx := context.Background()
 	s.serve = func(i int) {
 		l, err := p.Lease(ctx)
@@ -83,6 +113,7 @@ func newMSL(items int, h hold) (*server, error) {
 		r.held = s.since()
 		l.Release()
 		r.done = s.since()
+		s.inflight.Add(-1)
 		s.pending.Done()
 	}
 	return s, nil
@@ -117,7 +148,8 @@ func newChannel(items int, h hold) *server {
 	for range items {
 		p <- new(item)
 	}
-	s := &server{name: "channel", hold: h, closePool: func() error { return nil }}
+	s := newServer("channel", items, h)
+	s.closePool = func() error { return nil }
 	ctx := context.Background()
 	s.serve = func(i int) {
 		it, err := p.lease(ctx)
@@ -130,6 +162,7 @@ func newChannel(items int, h hold) *server {
 		r.held = s.since()
 		p.release(it)
 		r.done = s.since()
+		s.inflight.Add(-1)
 		s.pending.Done()
 	}
 	return s
@@ -158,11 +191,12 @@ func (s *server) runRound(arrivals []time.Duration, w waiter) []sample {
 				break
 			}
 			s.samples[next].spawned = now
+			s.inflight.Add(1)
 			go s.fns[next]()
 			next++
 		}
 		if next < n {
-			w.wait(s.start.Add(arrivals[next]))
+			w.wait(s.start.Add(arrivals[next]), s.slack())
 		}
 	}
 	s.pending.Wait()

@@ -9,9 +9,10 @@ import (
 // is a flag (-timer), so that a reader can see what the choice does to
 // the arrivals' lateness.
 type waiter interface {
-	// wait returns at until or a little after; it may return early, and
-	// the generator then waits again.
-	wait(until time.Time)
+	// wait returns at until or a little after. slack is how long after
+	// until a wake-up from outside the scheduler may come, for a waiter
+	// that has one.
+	wait(until time.Time, slack time.Duration)
 	close()
 }
 
@@ -37,5 +38,5 @@ func newWaiter(name string) (waiter, error) {
 // second, a millisecond's arrivals would start together.
 type sleeper struct{}
 
-func (sleeper) wait(until time.Time) { time.Sleep(time.Until(until)) }
-func (sleeper) close()               {}
+func (sleeper) wait(until time.Time, _ time.Duration) { time.Sleep(time.Until(until)) }
+func (sleeper) close()                                {}
