@@ -252,9 +252,12 @@ func measure(s *server, arrivals []time.Duration, w waiter, servers int, span ti
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	waits := s.waits()
 	samples := s.runRound(arrivals, w)
+	waits = s.waits() - waits
 	runtime.ReadMemStats(&m1)
 	res := analyze(arrivals, samples, servers, span)
+	res.waited = float64(waits) / float64(len(arrivals))
 	res.allocs = float64(m1.Mallocs-m0.Mallocs) / float64(len(arrivals))
 	res.gcs = m1.NumGC - m0.NumGC
 	return res

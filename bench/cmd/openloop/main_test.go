@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -212,6 +213,27 @@ func TestRound(t *testing.T) {
 			}
 		}
 		w.close()
+	}
+}
+
+// TestChanPoolCountsWaits: a lease that finds the channel empty counts a
+// wait, one that finds an item does not.
+func TestChanPoolCountsWaits(t *testing.T) {
+	s := newChannel(1, hold{})
+	p := &chanPool{items: make(chan *item, 1)}
+	p.items <- new(item)
+	it, err := p.lease(context.Background())
+	if err != nil || p.waits.Load() != 0 {
+		t.Fatalf("lease of an idle item: err %v, %d waits", err, p.waits.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.lease(ctx); err == nil || p.waits.Load() != 1 {
+		t.Errorf("lease from an empty pool with an ended ctx: err %v, %d waits; want an error and 1", err, p.waits.Load())
+	}
+	p.release(it)
+	if got := s.waits(); got != 0 {
+		t.Errorf("a fresh channel server's waits() = %d, want 0", got)
 	}
 }
 

@@ -55,6 +55,9 @@ type server struct {
 	// serve is the pool's request: lease, hold, release, record.
 	serve     func(i int)
 	closePool func() error
+	// waits counts the leases so far that waited for an item: whether a
+	// run's requests queued in the pool at all, or only for a processor.
+	waits func() uint64
 }
 
 // grow makes room for n requests a round.
@@ -101,6 +104,7 @@ func newMSL(items int, h hold) (*server, error) {
 	}
 	s := newServer("msl", items, h)
 	s.closePool = p.Close
+	s.waits = func() uint64 { return p.Stats().Waits }
 	ctx := context.Background()
 	s.serve = func(i int) {
 		l, err := p.Lease(ctx)
@@ -120,36 +124,43 @@ func newMSL(items int, h hold) (*server, error) {
 }
 
 // chanPool is the classic hand-written pool, as in the bench module
-// (contenders_test.go): a buffered channel of items, filled up front.
-type chanPool chan *item
+// (contenders_test.go): a buffered channel of items, filled up front;
+// and a count of the leases that waited, which only the slow path pays.
+type chanPool struct {
+	items chan *item
+	waits atomic.Uint64
+}
 
 // lease takes an item, waiting until one is released or ctx ends. The
 // non-blocking receive first is the idiom's fast path.
-func (p chanPool) lease(ctx context.Context) (*item, error) {
+func (p *chanPool) lease(ctx context.Context) (*item, error) {
 	select {
-	case it := <-p:
+	case it := <-p.items:
 		return it, nil
 	default:
 	}
+	p.waits.Add(1)
 	select {
-	case it := <-p:
+	case it := <-p.items:
 		return it, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-// release gives it back; it never blocks, as at most cap(p) items exist.
-func (p chanPool) release(it *item) { p <- it }
+// release gives it back; it never blocks, as at most cap(p.items) items
+// exist.
+func (p *chanPool) release(it *item) { p.items <- it }
 
 // newChannel returns a server over a channel pool of items items.
 func newChannel(items int, h hold) *server {
-	p := make(chanPool, items)
+	p := &chanPool{items: make(chan *item, items)}
 	for range items {
-		p <- new(item)
+		p.items <- new(item)
 	}
 	s := newServer("channel", items, h)
 	s.closePool = func() error { return nil }
+	s.waits = p.waits.Load
 	ctx := context.Background()
 	s.serve = func(i int) {
 		it, err := p.lease(ctx)

@@ -15,6 +15,7 @@ type result struct {
 	late     [3]time.Duration // the generator's lateness in starting requests: p50, p99, max
 	meanHold time.Duration
 	load     float64 // the load the run carried: its holds' sum over items × span
+	waited   float64 // the share of the requests whose lease waited in the pool
 	allocs   float64 // heap allocations per request during the run
 	gcs      uint32  // collections during the run
 }
@@ -67,25 +68,28 @@ var header = func() string {
 	return b.String()
 }()
 
-// printConfig prints c's block: two lines on the harness (the rate, the
-// mean hold it was set from, the load the runs carried, how late the
-// generator started requests, allocations and collections; medians over
-// the runs but the GCs, a sum), each run's line with verbose, and a row
-// per percentile of the medians over the rounds.
+// printConfig prints c's block: three lines on the harness (the rate, the
+// mean hold it was set from, allocations and collections; the load the
+// runs carried and the share of leases that waited in each pool; how late
+// the generator started requests: medians over the runs, but the GCs, a
+// sum), each run's line with verbose, and a row per percentile of the
+// medians over the rounds.
 // results[0] are msl's runs and results[1] the channel's, round by round.
 func printConfig(w io.Writer, c config, perSec float64, meanHold time.Duration, results [][]result, verbose bool) {
 	msl, ch := results[0], results[1]
 	both := append(append([]result(nil), msl...), ch...)
-	fmt.Fprintf(w, "%v: λ %.4gk/s for a mean hold of %s, %d requests a run; load carried: msl %.3f, chan %.3f\n",
+	fmt.Fprintf(w, "%v: λ %.4gk/s from a mean hold of %s, %d requests a run, %.2f allocs/request, %d GCs\n",
 		c, perSec/1000, dur(meanHold), msl[0].n,
+		medianOf(both, func(r result) float64 { return r.allocs }), sumGCs(both))
+	fmt.Fprintf(w, "  load carried: msl %.3f, chan %.3f; leases that waited: msl %.1f%%, chan %.1f%%\n",
 		medianOf(msl, func(r result) float64 { return r.load }),
-		medianOf(ch, func(r result) float64 { return r.load }))
-	fmt.Fprintf(w, "  arrivals started late: p50 %s, p99 %s, max %s; %.2f allocs/request; %d GCs in the runs\n",
+		medianOf(ch, func(r result) float64 { return r.load }),
+		100*medianOf(msl, func(r result) float64 { return r.waited }),
+		100*medianOf(ch, func(r result) float64 { return r.waited }))
+	fmt.Fprintf(w, "  arrivals started late: p50 %s, p99 %s, max %s\n",
 		dur(medDur(both, func(r result) time.Duration { return r.late[0] })),
 		dur(medDur(both, func(r result) time.Duration { return r.late[1] })),
-		dur(medDur(both, func(r result) time.Duration { return r.late[2] })),
-		medianOf(both, func(r result) float64 { return r.allocs }),
-		sumGCs(both))
+		dur(medDur(both, func(r result) time.Duration { return r.late[2] })))
 	if verbose {
 		for r := range msl {
 			printRun(w, r, "msl", msl[r])
@@ -116,8 +120,8 @@ func printConfig(w io.Writer, c config, perSec float64, meanHold time.Duration, 
 
 // printRun prints one run's line for -v.
 func printRun(w io.Writer, round int, name string, r result) {
-	fmt.Fprintf(w, "  round %d %-4s load %.3f, late p50 %s p99 %s max %s | ideal %s %s %s | %s %s %s %s\n",
-		round+1, name, r.load, dur(r.late[0]), dur(r.late[1]), dur(r.late[2]),
+	fmt.Fprintf(w, "  round %d %-4s load %.3f, waited %.1f%%, late p50 %s p99 %s max %s | ideal %s %s %s | %s %s %s %s\n",
+		round+1, name, r.load, 100*r.waited, dur(r.late[0]), dur(r.late[1]), dur(r.late[2]),
 		dur(r.ideal[0]), dur(r.ideal[1]), dur(r.ideal[2]), name, dur(r.resp[0]), dur(r.resp[1]), dur(r.resp[2]))
 }
 
