@@ -95,6 +95,9 @@ func (c config) String() string {
 
 func main() {
 	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return // the flag package printed the usage
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "openloop:", err)
 		os.Exit(2)
