@@ -14,16 +14,18 @@
 // (as in a closed loop, where each caller waits for its last request
 // before making the next) as fewer requests made.
 //
-// The holds: CPU work of 50 µs (a calibrated spin) over GOMAXPROCS items,
-// at 70 % and 85 % load, and a 1 ms time.Sleep, I/O's stand-in, over 8
-// items at 50, 70, 85 and 95 %. Load ρ is the arrival rate λ times the
-// mean hold over the items: λ = ρ · items / (mean hold). The spin's mean
-// hold is its calibrated 50 µs: a spin that took longer was interrupted by
-// the machine, and that is noise, which the load each run carried (from
-// its measured holds) shows. The sleep's is the mean measured in a
-// warm-up: time.Sleep(1ms) takes longer than 1 ms by the timer's slack
-// and the runtime's wake-up, every time, and at 95 % of 1 ms the queue
-// would be overloaded.
+// The holds: CPU work of 50 µs (a calibrated spin, which allocates 4 KiB
+// of garbage on the way, as parsing and encoding do, so that the
+// collector runs and stops the holders) over GOMAXPROCS items, at 70 % and
+// 85 % load, and a 1 ms time.Sleep, I/O's stand-in, over 8 items at 50,
+// 70, 85 and 95 %. Load ρ is the arrival rate λ times the mean hold over
+// the items: λ = ρ · items / (mean hold). The spin's mean hold is its
+// calibrated 50 µs: a spin that took longer was interrupted by the
+// machine, and that is noise, which the load each run carried (from its
+// measured holds) shows. The sleep's is the mean measured in a warm-up:
+// time.Sleep(1ms) takes longer than 1 ms by the timer's slack and the
+// runtime's wake-up, every time, and at 95 % of 1 ms the queue would be
+// overloaded.
 //
 // The ideal is the FIFO queue with that many servers, computed offline
 // from a run's own arrival instants and its own holds as measured (from
@@ -57,6 +59,8 @@ const (
 	ioSleep  = time.Millisecond      // I/O-like hold, over ioItems items
 	ioItems  = 8
 	warmSeed = ^uint64(0) // the round number of the warm-up's arrivals
+	// defaultGarbage is -garbage's default: see bench/README.md.
+	defaultGarbage = 4096
 )
 
 // defaultLoads are each kind's loads when -load is not given.
@@ -74,6 +78,7 @@ type options struct {
 	warmup   time.Duration
 	procs    int
 	seed     uint64
+	garbage  int // bytes of garbage each CPU hold makes
 	timer    string
 	verbose  bool
 }
@@ -118,6 +123,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "arrivals of each pool's warm-up run, per configuration")
 	fs.IntVar(&o.procs, "procs", 2, "GOMAXPROCS, and the CPU kind's items")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrival processes")
+	fs.IntVar(&o.garbage, "garbage", defaultGarbage, "bytes of garbage each CPU hold allocates, in 4 pieces, and keeps until it ends; 0, none")
 	fs.StringVar(&o.timer, "timer", defaultTimer, "how the generator waits for the next arrival: timerfd (Linux) or sleep")
 	fs.BoolVar(&o.verbose, "v", false, "print every run's figures, not only the medians")
 	if err := fs.Parse(args); err != nil {
@@ -140,17 +146,18 @@ func parseFlags(args []string) (options, error) {
 			o.loads = append(o.loads, x)
 		}
 	}
-	if o.rounds < 1 || o.duration <= 0 || o.warmup <= 0 || o.procs < 1 {
-		return o, errors.New("-rounds and -procs must be at least 1, -duration and -warmup above 0")
+	if o.rounds < 1 || o.duration <= 0 || o.warmup <= 0 || o.procs < 1 || o.garbage < 0 {
+		return o, errors.New("-rounds and -procs must be at least 1, -duration and -warmup above 0, -garbage not below 0")
 	}
 	return o, nil
 }
 
-// configs lists the configurations o selects, in the table's order.
-func configs(o options, spins int) []config {
+// configs lists the configurations o selects, in the table's order; cpu
+// is the CPU kind's hold, calibrated.
+func configs(o options, cpu hold) []config {
 	var cs []config
 	for _, kind := range o.kinds {
-		c := config{kind: kind, items: o.procs, hold: hold{cpu: true, spins: spins, length: cpuWork}, nominal: cpuWork}
+		c := config{kind: kind, items: o.procs, hold: cpu, nominal: cpuWork}
 		if kind == "io" {
 			c = config{kind: kind, items: ioItems, hold: hold{length: ioSleep}, nominal: ioSleep, measured: true}
 		}
@@ -173,13 +180,15 @@ func run(o options) error {
 		return err
 	}
 	defer w.close()
-	cal := calibrate(cpuWork)
+	cpu := hold{cpu: true, piece: pieceSize(o.garbage), length: cpuWork}
+	cal := calibrate(cpu)
+	cpu.spins = cal.spins
 	fmt.Printf("openloop: %s %s/%s, GOMAXPROCS %d (NumCPU %d), %d rounds of %v arrivals per pool, warm-up %v, seed %d, -timer %s\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, o.procs, runtime.NumCPU(), o.rounds, o.duration, o.warmup, o.seed, o.timer)
-	fmt.Printf("spin: %d rounds for %v (2^15 rounds took %v at fastest of %d); fitted spin: fastest %v, median %v of 200\n\n",
-		cal.spins, cpuWork, cal.fastest, cal.trials, cal.check[0], cal.check[1])
+	fmt.Printf("CPU hold: %d pieces of %d bytes of garbage (-garbage %d), fastest %v of %d; spin %d rounds (2^15 rounds took %v at fastest of %d); the hold: fastest %v, median %v of 200\n\n",
+		pieces, cpu.piece, o.garbage, dur(cal.garbage), cal.trials, cal.spins, cal.fastest, cal.trials, cal.check[0], cal.check[1])
 	fmt.Println(header)
-	for _, c := range configs(o, cal.spins) {
+	for _, c := range configs(o, cpu) {
 		if err := runConfig(c, o, w); err != nil {
 			return fmt.Errorf("%v: %w", c, err)
 		}

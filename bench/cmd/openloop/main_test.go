@@ -138,7 +138,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := configs(o, 100)
+	cs := configs(o, hold{cpu: true, spins: 100})
 	if o.rounds != 6 || len(cs) != 1 || cs[0].kind != "cpu" || cs[0].load != 0.85 || cs[0].items != 2 || !cs[0].hold.cpu {
 		t.Errorf("-hold cpu -load 0.85 -rounds 6: rounds %d, configs %+v", o.rounds, cs)
 	}
@@ -147,7 +147,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, c := range configs(o, 100) {
+	for _, c := range configs(o, hold{cpu: true, spins: 100}) {
 		got = append(got, c.String())
 	}
 	want := []string{"cpu 50.0µs×2 ρ0.70", "cpu 50.0µs×2 ρ0.85",
@@ -256,5 +256,29 @@ func TestWaiters(t *testing.T) {
 	}
 	if _, err := newWaiter("spin"); err == nil {
 		t.Error(`newWaiter("spin"): no error`)
+	}
+}
+
+func TestPieceSize(t *testing.T) {
+	for garbage, want := range map[int]int{0: 0, 1: 8, 100: 32, 1024: 256, 4096: 1024, 16384: 4096} {
+		if got := pieceSize(garbage); got != want {
+			t.Errorf("pieceSize(%d) = %d, want %d", garbage, got, want)
+		}
+	}
+}
+
+// TestHoldGarbage: a CPU hold with garbage allocates its pieces on the
+// heap, one allocation each, and one without allocates nothing.
+func TestHoldGarbage(t *testing.T) {
+	for _, tc := range []struct {
+		piece int
+		want  float64
+	}{{0, 0}, {8, pieces}, {1024, pieces}} {
+		h := hold{cpu: true, spins: 40, piece: tc.piece}
+		x := uint64(1)
+		if got := testing.AllocsPerRun(100, func() { x = h.do(x) }); got != tc.want {
+			t.Errorf("a hold with pieces of %d bytes: %v allocations, want %v", tc.piece, got, tc.want)
+		}
+		mustLive(x)
 	}
 }
