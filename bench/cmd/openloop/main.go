@@ -61,6 +61,8 @@ const (
 	warmSeed = ^uint64(0) // the round number of the warm-up's arrivals
 	// defaultGarbage is -garbage's default: see bench/README.md.
 	defaultGarbage = 4096
+	// defaultLive is -live's default: see bench/README.md.
+	defaultLive = 8
 )
 
 // defaultLoads are each kind's loads when -load is not given.
@@ -79,6 +81,7 @@ type options struct {
 	procs    int
 	seed     uint64
 	garbage  int // bytes of garbage each CPU hold makes
+	live     int // MiB of live heap kept through the rounds
 	timer    string
 	verbose  bool
 }
@@ -124,6 +127,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.procs, "procs", 2, "GOMAXPROCS, and the CPU kind's items")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrival processes")
 	fs.IntVar(&o.garbage, "garbage", defaultGarbage, "bytes of garbage each CPU hold allocates, in 4 pieces, and keeps until it ends; 0, none")
+	fs.IntVar(&o.live, "live", defaultLive, "MiB of live heap kept through the rounds, pointer-free, so that the collector's pace does not hang on the harness's own slices")
 	fs.StringVar(&o.timer, "timer", defaultTimer, "how the generator waits for the next arrival: timerfd (Linux) or sleep")
 	fs.BoolVar(&o.verbose, "v", false, "print every run's figures, not only the medians")
 	if err := fs.Parse(args); err != nil {
@@ -146,8 +150,8 @@ func parseFlags(args []string) (options, error) {
 			o.loads = append(o.loads, x)
 		}
 	}
-	if o.rounds < 1 || o.duration <= 0 || o.warmup <= 0 || o.procs < 1 || o.garbage < 0 {
-		return o, errors.New("-rounds and -procs must be at least 1, -duration and -warmup above 0, -garbage not below 0")
+	if o.rounds < 1 || o.duration <= 0 || o.warmup <= 0 || o.procs < 1 || o.garbage < 0 || o.live < 0 {
+		return o, errors.New("-rounds and -procs must be at least 1, -duration and -warmup above 0, -garbage and -live not below 0")
 	}
 	return o, nil
 }
@@ -180,11 +184,16 @@ func run(o options) error {
 		return err
 	}
 	defer w.close()
+	// The live heap: as a service's state, it sets the collector's pace
+	// (GOGC: a cycle each time the heap grows by what is live); unlike
+	// it, it holds no pointers and costs the mark nothing.
+	live := make([]byte, o.live<<20)
+	defer runtime.KeepAlive(live)
 	cpu := hold{cpu: true, piece: pieceSize(o.garbage), length: cpuWork}
 	cal := calibrate(cpu)
 	cpu.spins = cal.spins
-	fmt.Printf("openloop: %s %s/%s, GOMAXPROCS %d (NumCPU %d), %d rounds of %v arrivals per pool, warm-up %v, seed %d, -timer %s\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, o.procs, runtime.NumCPU(), o.rounds, o.duration, o.warmup, o.seed, o.timer)
+	fmt.Printf("openloop: %s %s/%s, GOMAXPROCS %d (NumCPU %d), %d rounds of %v arrivals per pool, warm-up %v, seed %d, -timer %s, -live %d MiB\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, o.procs, runtime.NumCPU(), o.rounds, o.duration, o.warmup, o.seed, o.timer, o.live)
 	fmt.Printf("CPU hold: %d pieces of %d bytes of garbage (-garbage %d), fastest %v of %d; spin %d rounds (2^15 rounds took %v at fastest of %d); the hold: fastest %v, median %v of 200\n\n",
 		pieces, cpu.piece, o.garbage, dur(cal.garbage), cal.trials, cal.spins, cal.fastest, cal.trials, cal.check[0], cal.check[1])
 	fmt.Println(header)
