@@ -274,12 +274,16 @@ func measure(s *server, arrivals []time.Duration, w waiter, servers int, span ti
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	waits := s.waits()
+	gc0, t0 := readGC(), time.Now()
 	samples := s.runRound(arrivals, w)
+	wall, gc := time.Since(t0), readGC().since(gc0)
 	waits = s.waits() - waits
 	runtime.ReadMemStats(&m1)
 	res := analyze(arrivals, samples, servers, span)
 	res.waited = float64(waits) / float64(len(arrivals))
 	res.allocs = float64(m1.Mallocs-m0.Mallocs) / float64(len(arrivals))
 	res.gcs = m1.NumGC - m0.NumGC
+	res.gc = gc
+	res.gcCPU = gc.cpu / (wall.Seconds() * float64(runtime.GOMAXPROCS(0)))
 	return res
 }

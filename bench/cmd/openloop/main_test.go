@@ -282,3 +282,21 @@ func TestHoldGarbage(t *testing.T) {
 		mustLive(x)
 	}
 }
+
+// TestPauseTail: the pauses of several runs pool, and each is read as
+// its bucket's upper bound.
+func TestPauseTail(t *testing.T) {
+	buckets := []float64{0, 1e-6, 2e-6, 3e-6, math.Inf(1)}
+	a := gcUse{pauses: []uint64{98, 0, 0, 0}, buckets: buckets}
+	b := gcUse{pauses: []uint64{0, 1, 1, 0}, buckets: buckets}
+	if p99, most := pauseTail([]gcUse{a, b}); p99 != 2*time.Microsecond || most != 3*time.Microsecond {
+		t.Errorf("98 pauses under 1µs, one under 2µs, one under 3µs: p99 %v, max %v; want 2µs (the 99th), 3µs", p99, most)
+	}
+	b.pauses = []uint64{0, 0, 2, 0}
+	if p99, _ := pauseTail([]gcUse{a, b}); p99 != 3*time.Microsecond {
+		t.Errorf("98 pauses under 1µs, two under 3µs: p99 %v, want 3µs", p99)
+	}
+	if p99, most := pauseTail(nil); p99 != 0 || most != 0 {
+		t.Errorf("no runs: %v, %v; want 0, 0", p99, most)
+	}
+}

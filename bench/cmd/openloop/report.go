@@ -14,10 +14,13 @@ type result struct {
 	ideal    [3]time.Duration // the ideal queue's, on this run's arrivals and holds
 	late     [3]time.Duration // the generator's lateness in starting requests: p50, p99, max
 	meanHold time.Duration
-	load     float64 // the load the run carried: its holds' sum over items × span
-	waited   float64 // the share of the requests whose lease waited in the pool
-	allocs   float64 // heap allocations per request during the run
-	gcs      uint32  // collections during the run
+	span     time.Duration // the span the arrivals were drawn over
+	load     float64       // the load the run carried: its holds' sum over items × span
+	waited   float64       // the share of the requests whose lease waited in the pool
+	allocs   float64       // heap allocations per request during the run
+	gcs      uint32        // collections during the run
+	gc       gcUse         // the collector's pauses and CPU during the run
+	gcCPU    float64       // the share of the processors' time the collector took, idle workers' excluded
 }
 
 // analyze computes a run's figures from its scheduled arrivals and its
@@ -39,6 +42,7 @@ func analyze(arrivals []time.Duration, samples []sample, servers int, span time.
 	idealResponses(ideal, arrivals, holds, servers)
 	res := result{
 		n:        n,
+		span:     span,
 		resp:     tail(resp),
 		ideal:    tail(ideal),
 		late:     tail(late),
@@ -78,14 +82,15 @@ var header = func() string {
 func printConfig(w io.Writer, c config, perSec float64, meanHold time.Duration, results [][]result, verbose bool) {
 	msl, ch := results[0], results[1]
 	both := append(append([]result(nil), msl...), ch...)
-	fmt.Fprintf(w, "%v: λ %.4gk/s from a mean hold of %s, %d requests a run, %.2f allocs/request, %d GCs\n",
+	fmt.Fprintf(w, "%v: λ %.4gk/s from a mean hold of %s, %d requests a run, %.2f allocs/request\n",
 		c, perSec/1000, dur(meanHold), msl[0].n,
-		medianOf(both, func(r result) float64 { return r.allocs }), sumGCs(both))
+		medianOf(both, func(r result) float64 { return r.allocs }))
 	fmt.Fprintf(w, "  load carried: msl %.3f, chan %.3f; leases that waited: msl %.1f%%, chan %.1f%%\n",
 		medianOf(msl, func(r result) float64 { return r.load }),
 		medianOf(ch, func(r result) float64 { return r.load }),
 		100*medianOf(msl, func(r result) float64 { return r.waited }),
 		100*medianOf(ch, func(r result) float64 { return r.waited }))
+	printGC(w, msl, ch)
 	fmt.Fprintf(w, "  arrivals started late: p50 %s, p99 %s, max %s\n",
 		dur(medDur(both, func(r result) time.Duration { return r.late[0] })),
 		dur(medDur(both, func(r result) time.Duration { return r.late[1] })),
@@ -165,4 +170,23 @@ func sumGCs(runs []result) uint32 {
 		n += r.gcs
 	}
 	return n
+}
+
+// printGC prints the collector's line: per pool, over all its runs, the
+// collections a second of arrivals and the p99 and the longest of their
+// stop-the-world pauses; and the median over the runs of the share of
+// the processors' time the collector took from the requests.
+func printGC(w io.Writer, msl, ch []result) {
+	var parts [2]string
+	for i, runs := range [][]result{msl, ch} {
+		uses := make([]gcUse, len(runs))
+		for j, r := range runs {
+			uses[j] = r.gc
+		}
+		p99, most := pauseTail(uses)
+		parts[i] = fmt.Sprintf("%.1f/s, pauses p99 %s max %s, CPU %.1f%%",
+			float64(sumGCs(runs))/float64(len(runs))/runs[0].span.Seconds(), dur(p99), dur(most),
+			100*medianOf(runs, func(r result) float64 { return r.gcCPU }))
+	}
+	fmt.Fprintf(w, "  GC: msl %s; chan %s\n", parts[0], parts[1])
 }
