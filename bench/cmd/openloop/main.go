@@ -3,8 +3,8 @@
 // channel pool, against the ideal FIFO queue with as many servers as the
 // pool has items.
 //
-//	go run ./cmd/openloop                           # from bench/: the whole matrix, about 80 s
-//	go run ./cmd/openloop -hold cpu -load 0.85 -rounds 6 -v
+//	go run ./cmd/openloop                           # from bench/: the whole matrix, about 70 s
+//	go run ./cmd/openloop -hold cpu -load 0.85 -v
 //
 // Requests arrive at Poisson instants. Each runs on a goroutine of its own:
 // it leases an item, holds it, releases it, and is done; its response time
@@ -33,11 +33,12 @@
 // have seen had the pool handed each item on in no time, in arrival
 // order, and the processors started every request at its instant.
 //
-// A round runs each pool once over the same arrival sample path, in
-// alternate order from round to round; the table has, per configuration,
-// the median over the rounds of each run's p50, p99 and p99.9, and the
-// median of the per-round ratios. bench/README.md, "The open-loop
-// benchmark", says how to read it.
+// A round is 200 ms of arrivals, run once by each pool over the same
+// sample path, in alternate order from round to round, 25 rounds a
+// configuration, so that the host's drift falls on both pools alike; the
+// table has, per configuration, the median over the rounds of each run's
+// p50, p99 and p99.9, and the median of the per-round ratios.
+// bench/README.md, "The open-loop benchmark", says how to read it.
 package main
 
 import (
@@ -121,8 +122,8 @@ func parseFlags(args []string) (options, error) {
 	hold := fs.String("hold", "all", "kind of hold: cpu (50µs of CPU work over GOMAXPROCS items), io (1ms time.Sleep over 8 items), or all")
 	load := fs.String("load", "", "loads to run, comma-separated (default: cpu 0.70,0.85; io 0.50,0.70,0.85,0.95)")
 	o := options{}
-	fs.IntVar(&o.rounds, "rounds", 5, "rounds; each runs both pools over one arrival sample path")
-	fs.DurationVar(&o.duration, "duration", time.Second, "arrivals per run")
+	fs.IntVar(&o.rounds, "rounds", 25, "rounds; each runs both pools over one arrival sample path")
+	fs.DurationVar(&o.duration, "duration", 200*time.Millisecond, "arrivals per run")
 	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "arrivals of each pool's warm-up run, per configuration")
 	fs.IntVar(&o.procs, "procs", 2, "GOMAXPROCS, and the CPU kind's items")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrival processes")
@@ -267,10 +268,13 @@ func runConfig(c config, o options, w waiter) (err error) {
 }
 
 // measure runs one round of s and analyses it. The room for its requests
-// is made, and the heap collected, before the allocations are counted.
+// is made before the allocations are counted. No collection is forced
+// between runs: the collector keeps its own pace through the rounds, as
+// in a service, where a forced one would put each run's first collection
+// at the same point of its arrivals (with 200 ms runs, two collections
+// each, at about 80 and 160 ms, and none in the runs' first 40 %).
 func measure(s *server, arrivals []time.Duration, w waiter, servers int, span time.Duration) result {
 	s.grow(len(arrivals))
-	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	waits := s.waits()
