@@ -72,6 +72,7 @@ func calibrateSpin() int {
 // writes at most at the ends of its slices.
 type overloadWorker struct {
 	wait  []time.Duration // per lease: calling lease until holding an item
+	cycle []time.Duration // per lease: calling lease until its release returned
 	work  []time.Duration // per lease: the spin's duration as it ran (a check on the calibration)
 	x     uint64          // spin's state, kept so the spin is not dead code
 	spins int             // rounds of spin per lease
@@ -87,7 +88,9 @@ func (w *overloadWorker) hold(i int) {
 
 // runOverload runs b.N leases split over overloadGoroutines goroutines,
 // each goroutine running loop over its own worker, and reports the wait's
-// percentiles, the throughput and the median work per lease. loop does
+// percentiles, the cycle's p99.9 (lease, work and release: a wait a pool
+// moves into its Release shows there), the throughput and the median work
+// per lease. loop does
 // len(w.wait) leases (overload's, over one adapter).
 func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 	b.Helper()
@@ -97,6 +100,7 @@ func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 		n := share(b.N, g, overloadGoroutines)
 		workers[g] = overloadWorker{
 			wait:  make([]time.Duration, n),
+			cycle: make([]time.Duration, n),
 			work:  make([]time.Duration, n),
 			x:     uint64(g) + 1, // xorshift state must not be 0
 			spins: spins,
@@ -105,10 +109,12 @@ func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 	elapsed := runTogether(b, len(workers), func(g int) { loop(&workers[g]) }, nil)
 
 	wait := make([]time.Duration, 0, b.N)
+	cycle := make([]time.Duration, 0, b.N)
 	work := make([]time.Duration, 0, b.N)
 	var sink uint64
 	for g := range workers {
 		wait = append(wait, workers[g].wait...)
+		cycle = append(cycle, workers[g].cycle...)
 		work = append(work, workers[g].work...)
 		sink ^= workers[g].x
 	}
@@ -117,11 +123,13 @@ func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 		return
 	}
 	slices.Sort(wait)
+	slices.Sort(cycle)
 	slices.Sort(work)
 	b.ReportMetric(float64(percentile(wait, 500)), "p50-ns")
 	b.ReportMetric(float64(percentile(wait, 990)), "p99-ns")
 	b.ReportMetric(float64(percentile(wait, 999)), "p99.9-ns")
 	b.ReportMetric(float64(wait[len(wait)-1]), "max-ns")
+	b.ReportMetric(float64(percentile(cycle, 999)), "cycle-p99.9-ns")
 	b.ReportMetric(float64(len(wait))/elapsed.Seconds(), "leases/s")
 	b.ReportMetric(float64(percentile(work, 500)), "work-ns")
 }

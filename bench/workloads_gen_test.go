@@ -355,6 +355,7 @@ func overloadMsl(b *testing.B, p mslPool) {
 				b.Errorf("release: %v", err)
 				return
 			}
+			w.cycle[i] = time.Since(t0)
 		}
 	})
 	p.close(b)
@@ -381,6 +382,7 @@ func overloadPuddle(b *testing.B, p puddlePool) {
 				b.Errorf("release: %v", err)
 				return
 			}
+			w.cycle[i] = time.Since(t0)
 		}
 	})
 	p.close(b)
@@ -407,6 +409,7 @@ func overloadCommons(b *testing.B, p commonsPool) {
 				b.Errorf("release: %v", err)
 				return
 			}
+			w.cycle[i] = time.Since(t0)
 		}
 	})
 	p.close(b)
@@ -433,6 +436,7 @@ func overloadVitess(b *testing.B, p vitessPool) {
 				b.Errorf("release: %v", err)
 				return
 			}
+			w.cycle[i] = time.Since(t0)
 		}
 	})
 	p.close(b)
@@ -459,6 +463,7 @@ func overloadChannel(b *testing.B, p *chanPool) {
 				b.Errorf("release: %v", err)
 				return
 			}
+			w.cycle[i] = time.Since(t0)
 		}
 	})
 	p.close(b)
@@ -485,6 +490,7 @@ func overloadSemaphore(b *testing.B, p *semPool) {
 				b.Errorf("release: %v", err)
 				return
 			}
+			w.cycle[i] = time.Since(t0)
 		}
 	})
 	p.close(b)
@@ -511,6 +517,7 @@ func overloadSyncpool(b *testing.B, p *syncPool) {
 				b.Errorf("release: %v", err)
 				return
 			}
+			w.cycle[i] = time.Since(t0)
 		}
 	})
 	p.close(b)

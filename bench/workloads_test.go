@@ -121,6 +121,7 @@ func overload[H any, P adapter[H]](b *testing.B, p P) {
 				b.Errorf("release: %v", err)
 				return
 			}
+			w.cycle[i] = time.Since(t0)
 		}
 	})
 	p.close(b)
