@@ -112,10 +112,14 @@
 // turn, goes to it as the right to create a fresh one: a woken lease never
 // wakes to nothing and no newcomer overtakes the queue. A grant passes over
 // leases whose ctx has ended, so a storm of them does not delay the live
-// ones. A Release
-// that hands its item over yields its processor once, so that the woken
-// lease runs at once: under saturation that Release may take a scheduler's
-// time slice to return, and Stats.WaitTime reads less. A lease whose item
+// ones. A Release that hands its item over costs its caller the hand-off
+// and nothing more: it does not yield its processor, so the request that
+// released goes on, or ends, at once. The woken lease runs when the
+// releasing goroutine ends or blocks, on a processor that is idle, or when
+// a lease next comes to the pool on that processor, which steps aside for
+// it once; a releaser that computes on without coming back to the pool
+// keeps the woken lease waiting that long, up to a scheduler's time slice
+// while every processor is busy. A lease whose item
 // fails its check keeps its place in line: it waits again ahead of the
 // leases that first queued after it, in the order they first queued, and
 // MaxQueuedLeases does not refuse it. The wait ends with:

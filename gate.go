@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +97,7 @@ type waiter[T any] struct {
 	prev, next *waiter[T]
 	wakeNext   *waiter[T]  // in gate.woken
 	timer      *time.Timer // LeaseTimeout; made on first use
+	wokeOn     *slot[T]    // the slot of the processor its grant woke it on, until it runs
 }
 
 // waitQueue is an intrusive list of waiters in the order of their tickets,
@@ -198,18 +200,47 @@ func (g *gate[T]) lock() {
 // unlock releases g.mu, then wakes the waiters granted under it: waking
 // takes the scheduler's locks, which must not hold up other processors'
 // leases. It stays unpreemptible until the last wake-up, or a granted
-// waiter could sleep on its item while we sit in the run queue.
+// waiter could sleep on its item while we sit in the run queue. Each woken
+// waiter is marked in this processor's slot (slot.woke) until it runs.
 func (g *gate[T]) unlock() {
 	w := g.woken
 	g.woken = nil
 	g.mu.Unlock()
-	for w != nil {
-		next := w.wakeNext
-		w.wakeNext = nil
-		w.ready <- struct{}{} // never blocks: cap 1, one grant per wait; w is not ours after
-		w = next
+	if w != nil {
+		s := &g.slots.s[procPin()&g.slots.mask] // pinned already: the processor the wake-ups go to
+		procUnpin()
+		for w != nil {
+			next := w.wakeNext
+			w.wakeNext, w.wokeOn = nil, s
+			s.woke.Store(w)
+			w.ready <- struct{}{} // never blocks: cap 1, one grant per wait; w is not ours after
+			w = next
+		}
 	}
 	preemptOn()
+}
+
+// stepAside lets the lease this processor woke last run first, once, if
+// it has not run yet: a goroutine that handed its item to a waiter and
+// leases again goes behind the lease it woke (docs/DESIGN.md, "The
+// releaser's turn"). A Release never yields: whoever comes to the gate
+// next on its processor does, and a releaser that ends or blocks yields
+// nothing.
+func (g *gate[T]) stepAside() {
+	s := &g.slots.s[procPin()&g.slots.mask]
+	woken := s.woke.Load() != nil
+	procUnpin()
+	if woken {
+		runtime.Gosched()
+	}
+}
+
+// ran clears w's mark in the slot of the processor that woke it: it runs.
+func (w *waiter[T]) ran() {
+	if s := w.wokeOn; s != nil {
+		s.woke.CompareAndSwap(w, nil)
+		w.wokeOn = nil
+	}
 }
 
 // admission is what acquire did with a lease.
@@ -250,6 +281,7 @@ const (
 // completes: an idle entry completes the lease, counted in fastLeases.
 // ticket: a waitAgain lease's place in line (see waitQueue).
 func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, ticket uint64) (e *entry[T], w *waiter[T], a admission) {
+	g.stepAside()
 	g.lock()
 	if g.closed {
 		g.unlock()
@@ -399,11 +431,14 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 	w.disarm(expired)
 	switch {
 	case granted && err == nil:
+		w.ran()
 		e, err = w.e, w.err // the grant: a permit, or Close's ErrClosed
 	case granted:
+		w.ran()
 		e, err, expired = g.giveUp(w, err, expired)
 	default:
 		if g.leave(w) { // granted after all, as we gave up
+			w.ran()
 			e, err, expired = g.giveUp(w, err, expired)
 		}
 	}
@@ -504,7 +539,7 @@ func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry
 	}
 	if w.e == nil {
 		g.freeBare()
-	} else if ok, _ := g.giveBack(w.e); !ok {
+	} else if !g.giveBack(w.e) {
 		return w.e, err, expired
 	}
 	return nil, err, expired
@@ -524,30 +559,29 @@ func (g *gate[T]) queuedLocked() {
 	}
 }
 
-// giveBack gives e and its permit to the oldest waiter (handed), else e
-// goes idle and the permit comes free. accepted is false, with nothing
-// done, when the gate is closed or shrinking: the caller destroys e and
-// then frees its permit.
-func (g *gate[T]) giveBack(e *entry[T]) (accepted, handed bool) {
+// giveBack gives e and its permit to the oldest waiter, else e goes idle
+// and the permit comes free. It reports false, with nothing done, when the
+// gate is closed or shrinking: the caller destroys e and then frees its
+// permit.
+func (g *gate[T]) giveBack(e *entry[T]) (accepted bool) {
 	g.lock()
 	if g.closed || g.shrinking {
 		g.unlock()
-		return false, false
+		return false
 	}
-	handed = g.giveBackLocked(e)
+	g.giveBackLocked(e)
 	g.unlock()
-	return true, handed
+	return true
 }
 
 // giveBackLocked is giveBack without the refusal, also for the gate's own
 // moves of parked entries. Caller holds g.mu.
-func (g *gate[T]) giveBackLocked(e *entry[T]) (handed bool) {
+func (g *gate[T]) giveBackLocked(e *entry[T]) {
 	if g.grantOldest(e, nil) {
-		return true
+		return
 	}
 	g.idle.push(e)
 	g.dropPermitLocked()
-	return false
 }
 
 // freeBare frees a bare permit whose holder will not create.

@@ -1,9 +1,6 @@
 package pool
 
-import (
-	"fmt"
-	"runtime"
-)
+import "fmt"
 
 // Whoever ended a lease owns its item and permit until it hands both on,
 // once: to a slot, to the gate, or to Destroy; Detach frees the permit.
@@ -168,21 +165,17 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 	}
 }
 
-// giveBackToGate hands e to the oldest waiter, yielding to it, or to the
-// idle queue; a closed pool, or one over MaxSize after a shrink, destroys it.
+// giveBackToGate hands e to the oldest waiter, or to the idle queue; a
+// closed pool, or one over MaxSize after a shrink, destroys it. A hand-off
+// does not yield: the woken lease runs when this goroutine next blocks,
+// ends or comes back to the gate (gate.stepAside).
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
 	if p.retired(e) {
 		p.destroyLater(e, reasonClear, nil)
 		return
 	}
-	accepted, handed := p.g.giveBack(e)
-	switch {
-	case !accepted:
+	if !p.g.giveBack(e) {
 		p.destroyLater(e, p.refusedWhy(), nil)
-	case handed:
-		// The woken lease runs now, not when this goroutine next blocks or is
-		// preempted (doc.go, "Waiting and errors").
-		runtime.Gosched()
 	}
 }
 

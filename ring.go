@@ -56,9 +56,14 @@ const cacheLine = 128
 // counters, on the slot's line; Stats sums them.
 type slot[T any] struct {
 	e atomic.Pointer[entry[T]]
+	// woke is the waiter the gate last woke on this processor, until that
+	// waiter runs (see gate.stepAside): stored by gate.unlock, pinned to
+	// this processor, before the wake-up; cleared by the waiter, from any
+	// processor, by compare-and-swap, so a later wake is never cleared.
+	woke atomic.Pointer[waiter[T]]
 	slotCounters
 	_ [cacheLine - unsafe.Sizeof(struct {
-		_ atomic.Pointer[byte]
+		_, _ atomic.Pointer[byte]
 		slotCounters
 	}{})%cacheLine]byte
 }

@@ -59,9 +59,7 @@ func TestRingQueueIsFIFOAcrossGrowth(t *testing.T) {
 // rgGate returns a gate of size 1 whose one permit is held, as by a lease
 // about to release e.
 func rgGate() (*gate[int], *entry[int]) {
-	g := &gate[int]{size: 1, held: 1}
-	g.slots.init()
-	return g, &entry[int]{value: 7}
+	return testGate(1, 1), &entry[int]{value: 7}
 }
 
 // rgGranted returns the entry granted to w, failing if w was not woken.
@@ -123,7 +121,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		require.True(t, s.e.CompareAndSwap(nil, e)) // the release had looked before
 		require.False(t, g.slots.confirm(s, e), "the release sees bypass and takes its item back")
 		assert.Nil(t, s.e.Load())
-		ok, _ := g.giveBack(e)
+		ok := g.giveBack(e)
 		require.True(t, ok) // the release's slow path
 		assert.Same(t, e, rgGranted(t, w))
 		assert.Equal(t, 1, g.held)
