@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/msl-armory/pool/bench/internal/work"
 )
 
 // The overload workload: many more goroutines than items, each holding its
@@ -18,20 +20,7 @@ const (
 	overloadWork       = 20 * time.Microsecond // CPU work per lease, while holding the item
 )
 
-// spin is the work done while holding an item: n rounds of xorshift64, a
-// chain of dependent shifts and xors that the compiler can neither fold nor
-// vectorise, touching no memory. It returns x so the caller can keep the
-// result live; otherwise the loop could be deleted.
-func spin(n int, x uint64) uint64 {
-	for range n {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-	}
-	return x
-}
-
-// spinRounds is the n for which spin(n) takes overloadWork on this machine,
+// spinRounds is the n for which work.Spin(n, x) takes overloadWork on this machine,
 // calibrated once per process by calibrateSpin.
 var (
 	spinOnce   sync.Once
@@ -57,7 +46,7 @@ func calibrateSpin() int {
 		best := time.Duration(1<<63 - 1)
 		for range 200 {
 			t0 := time.Now()
-			x = spin(trialRounds, x)
+			x = work.Spin(trialRounds, x)
 			best = min(best, time.Since(t0))
 		}
 		spinSink = x
@@ -82,7 +71,7 @@ type overloadWorker struct {
 // hold does the work while holding an item and records how long it took.
 func (w *overloadWorker) hold(i int) {
 	t0 := time.Now()
-	w.x = spin(w.spins, w.x)
+	w.x = work.Spin(w.spins, w.x)
 	w.work[i] = time.Since(t0)
 }
 
@@ -110,12 +99,12 @@ func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 
 	wait := make([]time.Duration, 0, b.N)
 	cycle := make([]time.Duration, 0, b.N)
-	work := make([]time.Duration, 0, b.N)
+	spun := make([]time.Duration, 0, b.N)
 	var sink uint64
 	for g := range workers {
 		wait = append(wait, workers[g].wait...)
 		cycle = append(cycle, workers[g].cycle...)
-		work = append(work, workers[g].work...)
+		spun = append(spun, workers[g].work...)
 		sink ^= workers[g].x
 	}
 	spinSink ^= sink
@@ -124,14 +113,14 @@ func runOverload(b *testing.B, loop func(w *overloadWorker)) {
 	}
 	slices.Sort(wait)
 	slices.Sort(cycle)
-	slices.Sort(work)
-	b.ReportMetric(float64(percentile(wait, 500)), "p50-ns")
-	b.ReportMetric(float64(percentile(wait, 990)), "p99-ns")
-	b.ReportMetric(float64(percentile(wait, 999)), "p99.9-ns")
+	slices.Sort(spun)
+	b.ReportMetric(float64(work.Percentile(wait, 500)), "p50-ns")
+	b.ReportMetric(float64(work.Percentile(wait, 990)), "p99-ns")
+	b.ReportMetric(float64(work.Percentile(wait, 999)), "p99.9-ns")
 	b.ReportMetric(float64(wait[len(wait)-1]), "max-ns")
-	b.ReportMetric(float64(percentile(cycle, 999)), "cycle-p99.9-ns")
+	b.ReportMetric(float64(work.Percentile(cycle, 999)), "cycle-p99.9-ns")
 	b.ReportMetric(float64(len(wait))/elapsed.Seconds(), "leases/s")
-	b.ReportMetric(float64(percentile(work, 500)), "work-ns")
+	b.ReportMetric(float64(work.Percentile(spun, 500)), "work-ns")
 }
 
 // share is goroutine g's share of n leases split over goroutines:
@@ -181,16 +170,6 @@ func runTogether(b *testing.B, goroutines int, body func(g int), then func()) ti
 	return elapsed
 }
 
-// percentile returns the nearest-rank percentile of sorted at perMille
-// thousandths (990 for p99): the smallest sample that at least that share
-// of the samples do not exceed. Integer arithmetic keeps p99.9 of 1000
-// samples the 999th, which float rounding of 99.9 would make the 1000th.
-// sorted must be sorted and not empty.
-func percentile(sorted []time.Duration, perMille int) time.Duration {
-	rank := (len(sorted)*perMille + 999) / 1000 // 1-based, rounded up
-	return sorted[min(max(rank, 1), len(sorted))-1]
-}
-
 // BenchmarkOverload runs overloadGoroutines goroutines over a pool of
 // overloadItems items, each lease followed by overloadWork of CPU work
 // while holding the item. ns/op is wall time per lease (the inverse of
@@ -212,28 +191,6 @@ func BenchmarkOverload(b *testing.B) {
 			b.ReportAllocs()
 			c.overload(b, overloadItems)
 		})
-	}
-}
-
-// TestPercentile checks the nearest-rank definition on small cases.
-func TestPercentile(t *testing.T) {
-	s := make([]time.Duration, 1000)
-	for i := range s {
-		s[i] = time.Duration(i + 1)
-	}
-	for _, tc := range []struct {
-		perMille int
-		want     time.Duration
-	}{{500, 500}, {990, 990}, {999, 999}, {1000, 1000}, {0, 1}} {
-		if got := percentile(s, tc.perMille); got != tc.want {
-			t.Errorf("percentile(1..1000, %d‰) = %d, want %d", tc.perMille, got, tc.want)
-		}
-	}
-	if got := percentile(s[:10], 999); got != 10 {
-		t.Errorf("percentile(1..10, 999‰) = %d, want 10", got)
-	}
-	if got := percentile([]time.Duration{7}, 999); got != 7 {
-		t.Errorf("percentile([7], 999‰) = %d, want 7", got)
 	}
 }
 
@@ -261,12 +218,12 @@ func TestSpinCalibration(t *testing.T) {
 	x := uint64(1)
 	for range 50 {
 		t0 := time.Now()
-		x = spin(n, x)
+		x = work.Spin(n, x)
 		best = min(best, time.Since(t0))
 	}
 	spinSink ^= x
 	if best < overloadWork/2 || best > 2*overloadWork {
-		t.Errorf("spin(%d) took %v at best, want about %v", n, best, overloadWork)
+		t.Errorf("work.Spin(%d) took %v at best, want about %v", n, best, overloadWork)
 	}
 	t.Logf("spin: %d rounds, fastest of 50 runs %v", n, best)
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/msl-armory/pool/bench/internal/work"
 )
 
 // The release-then-work workload: each goroutine leases an item, holds it
@@ -81,7 +83,7 @@ type rtwWorker struct {
 // goroutines started, and runs once every goroutine has begun its loop.
 func runReleaseThenWork(b *testing.B, loop func(w *rtwWorker), burst func()) {
 	b.Helper()
-	hold, work := spinFor(rtwHold), spinFor(rtwWork)
+	hold, after := spinFor(rtwHold), spinFor(rtwWork)
 	workers := make([]rtwWorker, rtwGoroutines)
 	for g := range workers {
 		n := share(b.N, g, rtwGoroutines)
@@ -90,7 +92,7 @@ func runReleaseThenWork(b *testing.B, loop func(w *rtwWorker), burst func()) {
 			cycle: make([]time.Duration, n),
 			x:     uint64(g) + 1, // xorshift state must not be 0
 			hold:  hold,
-			work:  work,
+			work:  after,
 		}
 	}
 	var begun atomic.Int32
@@ -124,9 +126,9 @@ func runReleaseThenWork(b *testing.B, loop func(w *rtwWorker), burst func()) {
 	}
 	slices.Sort(wait)
 	slices.Sort(cycle)
-	b.ReportMetric(float64(percentile(wait, 500)), "p50-ns")
-	b.ReportMetric(float64(percentile(wait, 999)), "p99.9-ns")
-	b.ReportMetric(float64(percentile(cycle, 999)), "cycle-p99.9-ns")
+	b.ReportMetric(float64(work.Percentile(wait, 500)), "p50-ns")
+	b.ReportMetric(float64(work.Percentile(wait, 999)), "p99.9-ns")
+	b.ReportMetric(float64(work.Percentile(cycle, 999)), "cycle-p99.9-ns")
 }
 
 // BenchmarkReleaseThenWork runs rtwGoroutines goroutines over a pool of

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/puddle/v2"
 	"github.com/msl-armory/pool"
+	"github.com/msl-armory/pool/bench/internal/work"
 	"vitess.io/vitess/go/pools/smartconnpool"
 )
 
@@ -546,12 +547,12 @@ func releaseThenWorkMsl(b *testing.B, p mslPool) {
 				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
 				return
 			}
-			w.x = spin(w.hold, w.x)
+			w.x = work.Spin(w.hold, w.x)
 			if err := p.release(ctx, h); err != nil {
 				b.Errorf("release: %v", err)
 				return
 			}
-			w.x = spin(w.work, w.x)
+			w.x = work.Spin(w.work, w.x)
 			w.cycle[i] = time.Since(t0)
 		}
 	}, func() {
@@ -587,12 +588,12 @@ func releaseThenWorkPuddle(b *testing.B, p puddlePool) {
 				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
 				return
 			}
-			w.x = spin(w.hold, w.x)
+			w.x = work.Spin(w.hold, w.x)
 			if err := p.release(ctx, h); err != nil {
 				b.Errorf("release: %v", err)
 				return
 			}
-			w.x = spin(w.work, w.x)
+			w.x = work.Spin(w.work, w.x)
 			w.cycle[i] = time.Since(t0)
 		}
 	}, func() {
@@ -628,12 +629,12 @@ func releaseThenWorkCommons(b *testing.B, p commonsPool) {
 				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
 				return
 			}
-			w.x = spin(w.hold, w.x)
+			w.x = work.Spin(w.hold, w.x)
 			if err := p.release(ctx, h); err != nil {
 				b.Errorf("release: %v", err)
 				return
 			}
-			w.x = spin(w.work, w.x)
+			w.x = work.Spin(w.work, w.x)
 			w.cycle[i] = time.Since(t0)
 		}
 	}, func() {
@@ -669,12 +670,12 @@ func releaseThenWorkVitess(b *testing.B, p vitessPool) {
 				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
 				return
 			}
-			w.x = spin(w.hold, w.x)
+			w.x = work.Spin(w.hold, w.x)
 			if err := p.release(ctx, h); err != nil {
 				b.Errorf("release: %v", err)
 				return
 			}
-			w.x = spin(w.work, w.x)
+			w.x = work.Spin(w.work, w.x)
 			w.cycle[i] = time.Since(t0)
 		}
 	}, func() {
@@ -710,12 +711,12 @@ func releaseThenWorkChannel(b *testing.B, p *chanPool) {
 				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
 				return
 			}
-			w.x = spin(w.hold, w.x)
+			w.x = work.Spin(w.hold, w.x)
 			if err := p.release(ctx, h); err != nil {
 				b.Errorf("release: %v", err)
 				return
 			}
-			w.x = spin(w.work, w.x)
+			w.x = work.Spin(w.work, w.x)
 			w.cycle[i] = time.Since(t0)
 		}
 	}, func() {
@@ -751,12 +752,12 @@ func releaseThenWorkSemaphore(b *testing.B, p *semPool) {
 				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
 				return
 			}
-			w.x = spin(w.hold, w.x)
+			w.x = work.Spin(w.hold, w.x)
 			if err := p.release(ctx, h); err != nil {
 				b.Errorf("release: %v", err)
 				return
 			}
-			w.x = spin(w.work, w.x)
+			w.x = work.Spin(w.work, w.x)
 			w.cycle[i] = time.Since(t0)
 		}
 	}, func() {
@@ -792,12 +793,12 @@ func releaseThenWorkSyncpool(b *testing.B, p *syncPool) {
 				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
 				return
 			}
-			w.x = spin(w.hold, w.x)
+			w.x = work.Spin(w.hold, w.x)
 			if err := p.release(ctx, h); err != nil {
 				b.Errorf("release: %v", err)
 				return
 			}
-			w.x = spin(w.work, w.x)
+			w.x = work.Spin(w.work, w.x)
 			w.cycle[i] = time.Since(t0)
 		}
 	}, func() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/msl-armory/pool/bench/internal/work"
 )
 
 // The workloads, each written once, over any contender's adapter.
@@ -154,12 +156,12 @@ func releaseThenWork[H any, P adapter[H]](b *testing.B, p P) {
 				b.Errorf("lease gave %T %v, want a non-nil *item", h, h)
 				return
 			}
-			w.x = spin(w.hold, w.x)
+			w.x = work.Spin(w.hold, w.x)
 			if err := p.release(ctx, h); err != nil {
 				b.Errorf("release: %v", err)
 				return
 			}
-			w.x = spin(w.work, w.x)
+			w.x = work.Spin(w.work, w.x)
 			w.cycle[i] = time.Since(t0)
 		}
 	}, func() {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"slices"
 	"time"
+
+	"github.com/msl-armory/pool/bench/internal/work"
 )
 
 // pieces is how many pieces a CPU hold's garbage is made in, one after
@@ -37,7 +39,7 @@ func (h hold) do(x uint64) uint64 {
 		time.Sleep(h.length)
 		return x
 	case h.piece == 0:
-		return spin(h.spins, x)
+		return work.Spin(h.spins, x)
 	}
 	return h.work(x)
 }
@@ -53,30 +55,16 @@ func (h hold) do(x uint64) uint64 {
 func (h hold) work(x uint64) uint64 {
 	var kept [pieces][]byte
 	for k := range kept {
-		x = spin(h.spins/pieces, x)
+		x = work.Spin(h.spins/pieces, x)
 		b := make([]byte, h.piece)
 		for i := 0; i+8 <= len(b); i += 8 {
-			x = spin(1, x)
+			x = work.Spin(1, x)
 			binary.LittleEndian.PutUint64(b[i:], x)
 		}
 		kept[k] = b
 	}
 	for _, b := range kept {
 		mustLive(binary.LittleEndian.Uint64(b))
-	}
-	return x
-}
-
-// spin is the CPU work: n rounds of xorshift64, a chain of dependent shifts
-// and xors that the compiler can neither fold nor vectorise, touching no
-// memory and never reading the clock, so that it takes a fixed amount of
-// work rather than a fixed time (the bench module's Overload workload
-// spins the same way, overload_test.go). x must not be 0.
-func spin(n int, x uint64) uint64 {
-	for range n {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
 	}
 	return x
 }
@@ -108,7 +96,7 @@ func calibrate(h hold) calibration {
 	x := uint64(0x9e3779b97f4a7c15)
 	for range trials {
 		t0 := time.Now()
-		x = spin(trialRounds, x)
+		x = work.Spin(trialRounds, x)
 		c.fastest = min(c.fastest, time.Since(t0))
 	}
 	if h.piece > 0 {

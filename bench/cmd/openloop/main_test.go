@@ -50,28 +50,6 @@ func TestIdealResponsesIsAFloor(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	s := make([]time.Duration, 1000)
-	for i := range s {
-		s[i] = time.Duration(i + 1)
-	}
-	for _, tc := range []struct {
-		perMille int
-		want     time.Duration
-	}{{500, 500}, {990, 990}, {999, 999}, {1000, 1000}, {0, 1}} {
-		if got := percentile(s, tc.perMille); got != tc.want {
-			t.Errorf("percentile(1..1000, %d‰) = %d, want %d", tc.perMille, got, tc.want)
-		}
-	}
-	if got := percentile(s[:10], 999); got != 10 {
-		t.Errorf("percentile(1..10, 999‰) = %d, want 10", got)
-	}
-	// 7 samples: p50 is the 4th (3.5 rounded up), p99 the 7th.
-	if got := tail([]time.Duration{70, 10, 60, 20, 50, 30, 40}); got != [3]time.Duration{40, 70, 70} {
-		t.Errorf("tail(10..70) = %v, want [40 70 70]", got)
-	}
-}
-
 func TestMedian(t *testing.T) {
 	xs := []float64{5, 1, 3}
 	if got := median(xs); got != 3 {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/msl-armory/pool/bench/internal/work"
 )
 
 // The pure parts: the arrival schedule, the ideal queue, percentiles,
@@ -54,17 +56,6 @@ func idealResponses(resp, arrivals, holds []time.Duration, servers int) {
 	}
 }
 
-// percentile returns the nearest-rank percentile of sorted at perMille
-// thousandths (990 for p99): the smallest sample that at least that share
-// of the samples do not exceed. Integer arithmetic keeps p99.9 of 1000
-// samples the 999th, which float rounding of 99.9 would make the 1000th.
-// sorted must be sorted and not empty. The same definition as the bench
-// module's Overload benchmark (overload_test.go).
-func percentile(sorted []time.Duration, perMille int) time.Duration {
-	rank := (len(sorted)*perMille + 999) / 1000 // 1-based, rounded up
-	return sorted[min(max(rank, 1), len(sorted))-1]
-}
-
 // percentiles are the ones the tables show, in thousandths.
 var percentiles = [3]int{500, 990, 999}
 
@@ -73,7 +64,7 @@ func tail(xs []time.Duration) [3]time.Duration {
 	slices.Sort(xs)
 	var t [3]time.Duration
 	for k, pm := range percentiles {
-		t[k] = percentile(xs, pm)
+		t[k] = work.Percentile(xs, pm)
 	}
 	return t
 }
