@@ -428,7 +428,7 @@ func BenchmarkWatcherScan(b *testing.B) {
 			var buf scanBufs[*conn]
 			b.ReportAllocs()
 			for b.Loop() {
-				p.followAll(&buf)
+				p.ob.followAll(&buf, p.done, func(f func()) { f() })
 			}
 		})
 	}

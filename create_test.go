@@ -725,7 +725,8 @@ func dgDrop(t *testing.T, f Factory[*conn], opts Options[*conn], do func(*Pool[*
 // TestDroppedPoolStopsBackground: a pool dropped without Close is
 // collected, and then every goroutine of its background work (the spares
 // of MinIdle, the seeding of SeedInBackground while it backs off, Clear's
-// refill, the watcher of LeakThreshold) returns (the doc comment of Close).
+// refill, the scans of LeakThreshold, the upkeep) returns (doc.go,
+// "Upkeep").
 func TestDroppedPoolStopsBackground(t *testing.T) {
 	failing := func() Factory[*conn] {
 		tr := &tracker{}
@@ -751,6 +752,10 @@ func TestDroppedPoolStopsBackground(t *testing.T) {
 			p.Clear()
 		}},
 		{"LeakThreshold", func() Factory[*conn] { return &tracker{} }, Options[*conn]{MaxSize: 4, LeakThreshold: time.Millisecond}, nil},
+		{"UpkeepInterval", func() Factory[*conn] { return &tracker{} }, Options[*conn]{MinSize: 1, MaxSize: 4, UpkeepInterval: time.Millisecond}, nil},
+		{"every background option", func() Factory[*conn] { return &tracker{} }, kpEveryOption(), func(p *Pool[*conn]) {
+			require.Eventually(t, func() bool { return p.Stats().ItemsAvailable >= 2 }, testWait, time.Millisecond)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
@@ -833,7 +838,7 @@ func ncWho() string {
 	for {
 		fr, more := frames.Next()
 		for _, w := range [...]struct{ fn, who string }{
-			{").seedRound", "seed"}, {"sparesRound", "spares"}, {").refillRound", "refill"},
+			{"keeper[...]).seed", "seed"}, {"keeper[...]).spares", "spares"}, {"keeper[...]).refillRound", "refill"},
 		} {
 			if strings.Contains(fr.Function, w.fn) {
 				return w.who

@@ -9,17 +9,25 @@ import (
 	"time"
 )
 
-// Destroying items, on the pool's own goroutines.
+// The destroyer: the Destroy calls, on goroutines of their own.
 //
 // The invariant: an item counts against MaxSize until its destruction
-// ends. Whoever lets an item go hands it, with its permit, to
-// destroyLater and returns at once; the Destroy call runs on a task of
-// p.destroys, which frees the permit (or hands it on, as the right to
-// create a fresh item) once Destroy has returned, panicked or called
-// runtime.Goexit, or once DestroyTimeout has passed, whichever comes
-// first. Every destruction is counted exactly once, by reason. The tasks
-// of p.destroys that have not returned or timed out are the Destroy calls
-// the pool waits for: Stats.Destroying, and what Close waits for.
+// ends. Whoever lets an item go hands it, with its permit, to later (or,
+// for the items the gate took out of the idle ring and counted as dying
+// already, to taken) and returns at once; the Destroy call runs on a
+// goroutine of its own (run), which frees the permit (or hands it on, as
+// the right to create a fresh item) once Destroy has returned, panicked or
+// called runtime.Goexit, or once DestroyTimeout has passed, whichever
+// comes first. Every destruction is counted exactly once, by reason. The
+// gate counts the destructions not ended (gate.dying): Stats.Destroying,
+// and what Close waits for.
+type destroyer[T any] struct {
+	destroy func(T) error // Options.Destroy, or closeItem
+	timeout time.Duration // DestroyTimeout
+	name    string
+	g       *gate[T]
+	ob      *observer[T]
+}
 
 // reason is why an item is destroyed: the reason attribute of
 // pool.items.destroyed.
@@ -43,23 +51,26 @@ var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "di
 // String returns the reason as pool.items.destroyed names it.
 func (r reason) String() string { return reasonNames[r] }
 
-// destroyLater destroys e, an item whose permit the caller holds, for why,
-// on a goroutine of the pool's own, and frees the permit once that is
-// done: the caller never waits for a Destroy. From this call on, e is no
-// lease and no leak (the registry and the cleanup let go of it). A failed
-// or panicking Destroy is logged and counted; with b, its end is counted
-// in b too, and its error kept there when b keeps errors.
-func (p *Pool[T]) destroyLater(e *entry[T], why reason, b *destroyBatch) {
-	e.cleanup.Stop() // the entry is garbage from now on, not a leak
-	p.reg.remove(e)
-	p.g.toDestroy()
+// later destroys e, an item whose permit the caller holds, for why, and
+// frees the permit once that is done: the caller never waits for a
+// Destroy. From this call on, e is no lease and no leak. A failed or
+// panicking Destroy is logged and counted; with b, its end is counted in b
+// too, and its error kept there when b keeps errors.
+func (d *destroyer[T]) later(e *entry[T], why reason, b *destroyBatch) {
+	d.g.toDestroy()
+	d.taken(e, why, b)
+}
+
+// taken is later for an item the gate has counted as dying already.
+func (d *destroyer[T]) taken(e *entry[T], why reason, b *destroyBatch) {
+	d.ob.forget(e)
 	if b != nil {
 		b.pending.Add(1)
 	}
-	p.destroys.startID(func(id uint64) { p.runDestroy(e, why, b, id) }) // never stopped
+	go d.run(e, why, b)
 }
 
-// destroyBatch is a batch of destroyLater calls that someone waits for:
+// destroyBatch is a batch of destructions that someone waits for:
 // Close and New after a failed seeding, which keep the errors to return
 // them, and Clear's refill, which waits for the permit.
 type destroyBatch struct {
@@ -106,15 +117,14 @@ func (b *destroyBatch) join() error {
 	return errors.Join(b.errs...)
 }
 
-// destroyAll destroys items whose permits the caller holds, as
-// destroyLater does, all at once, waits until each of their Destroy calls
+// all destroys items the gate took out, as taken does, all at once, waits until each of their Destroy calls
 // has returned or timed out, and returns their joined errors (a panic's
 // among them, with its stack). When ctx ends first, it returns ctx.Err()
 // as werr, and the Destroy calls go on (their errors logged).
-func (p *Pool[T]) destroyAll(ctx context.Context, es []*entry[T], why reason) (err, werr error) {
+func (d *destroyer[T]) all(ctx context.Context, es []*entry[T], why reason) (err, werr error) {
 	b := newDestroyBatch(true)
 	for _, e := range es {
-		p.destroyLater(e, why, b)
+		d.taken(e, why, b)
 	}
 	if werr = awaitOr(ctx, b.seal()); werr != nil {
 		return nil, werr
@@ -130,16 +140,15 @@ const (
 	destroyTimedOut
 )
 
-// runDestroy is the task of destroyLater: it calls Destroy on e, and ends
-// the destruction (endDestroy) when Destroy returns, panics or calls
-// runtime.Goexit, or when DestroyTimeout passes first; a Destroy past its
-// timeout is left to finish on its own.
-func (p *Pool[T]) runDestroy(e *entry[T], why reason, b *destroyBatch, id uint64) {
+// run calls Destroy on e, and ends the destruction (end) when Destroy
+// returns, panics or calls runtime.Goexit, or when DestroyTimeout passes
+// first; a Destroy past its timeout is left to finish on its own.
+func (d *destroyer[T]) run(e *entry[T], why reason, b *destroyBatch) {
 	var state atomic.Int32
-	if d := p.opts.DestroyTimeout; d > 0 {
-		t := time.AfterFunc(d, func() {
+	if d.timeout > 0 {
+		t := time.AfterFunc(d.timeout, func() {
 			if state.CompareAndSwap(destroyRunning, destroyTimedOut) {
-				p.endDestroy(why, fmt.Errorf("pool %q: destroy item: %w (%v); its place under MaxSize is free again", p.opts.Name, errDestroyTimeout, d), b, id)
+				d.end(why, fmt.Errorf("pool %q: destroy item: %w (%v); its place under MaxSize is free again", d.name, errDestroyTimeout, d.timeout), b)
 			}
 		})
 		defer t.Stop()
@@ -147,14 +156,14 @@ func (p *Pool[T]) runDestroy(e *entry[T], why reason, b *destroyBatch, id uint64
 	err := errDestroyGoexit // until Destroy returns: what a Goexit leaves
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", p.opts.Name, asError(newPanicError(v)))
+			err = fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", d.name, asError(newPanicError(v)))
 		}
 		if state.CompareAndSwap(destroyRunning, destroyFinished) {
-			p.endDestroy(why, err, b, id)
+			d.end(why, err, b)
 		}
 	}()
-	if derr := p.opts.Destroy(e.value); derr != nil {
-		err = fmt.Errorf("pool %q: destroy item: %w", p.opts.Name, derr)
+	if derr := d.destroy(e.value); derr != nil {
+		err = fmt.Errorf("pool %q: destroy item: %w", d.name, derr)
 	} else {
 		err = nil
 	}
@@ -167,39 +176,16 @@ var (
 	errDestroyTimeout = errors.New("no return from Destroy within DestroyTimeout")
 )
 
-// endDestroy ends a destruction, once: it counts it (failed when err is
-// not nil), logs err (and keeps it in b, for a caller that returns it),
-// frees the permit, and ends the wait for the batch and for the task id.
-func (p *Pool[T]) endDestroy(why reason, err error, b *destroyBatch, id uint64) {
-	p.countDestroyed(why, err != nil)
+// end ends a destruction, once: it counts it (failed when err is not
+// nil), logs err, frees the permit, and counts it in b (keeping err for a
+// caller that returns it), last: a batch's waiter finds its permits free.
+func (d *destroyer[T]) end(why reason, err error, b *destroyBatch) {
+	d.ob.destroyed(why, err != nil)
 	if err != nil {
-		p.warn("destroy item", err)
+		d.ob.warn("destroy item", err)
 	}
-	p.g.destroyed()
+	d.g.destroyed()
 	if b != nil {
 		b.ended(err)
-	}
-	p.destroys.done(id) // last: whoever waits for it finds the rest done
-}
-
-// countDestroyed counts one destruction, for why, and whether Destroy
-// failed.
-func (p *Pool[T]) countDestroyed(why reason, failed bool) {
-	p.c.mu.Lock()
-	switch why {
-	case reasonIdle:
-		p.c.idleExpired++
-	case reasonLifetime:
-		p.c.lifetimeExpired++
-	case reasonUses:
-		p.c.usesExpired++
-	}
-	p.c.destroyed++
-	if failed {
-		p.c.destroyFails++
-	}
-	p.c.mu.Unlock()
-	if p.m != nil {
-		p.m.itemDestroyed(why, failed)
 	}
 }

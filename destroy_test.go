@@ -166,7 +166,7 @@ func TestGoexitInDestroyFinishesTheBatch(t *testing.T) {
 		tr := &tracker{}
 		p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 4, MaxSize: 4})
 		require.NoError(t, err)
-		p.opts.Destroy = goexitOnce(tr)
+		p.ds.destroy = goexitOnce(tr)
 
 		onOwnGoroutine(t, func() { _ = p.Close() })
 		assert.Zero(t, tr.live.Load(), "every idle item was destroyed")
@@ -180,7 +180,7 @@ func TestGoexitInDestroyFinishesTheBatch(t *testing.T) {
 		p, err := New[*conn](context.Background(), tr, Options[*conn]{MinSize: 3, MaxSize: 3})
 		require.NoError(t, err)
 		defer p.Close()
-		p.opts.Destroy = goexitOnce(tr)
+		p.ds.destroy = goexitOnce(tr)
 
 		onOwnGoroutine(t, p.Clear)
 		awaitBackground(t, p) // the refill to MinSize, which Clear starts even so

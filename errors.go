@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"strings"
 )
@@ -111,26 +110,6 @@ func asError(v any) error {
 		return err
 	}
 	return fmt.Errorf("%v", v)
-}
-
-// warn logs an error that has no caller through Options.Logger. A panic of
-// the handler is dropped: it must not crash the pool's own goroutines or stop
-// a release or the upkeep half-way.
-func (p *Pool[T]) warn(msg string, err error) {
-	p.logErr(slog.LevelWarn, msg, err)
-}
-
-// logErr logs msg at level through Options.Logger, with err unless nil,
-// dropping a panic of the handler as warn does.
-func (p *Pool[T]) logErr(level slog.Level, msg string, err error) {
-	if l := p.opts.Logger; l != nil {
-		defer func() { _ = recover() }()
-		attrs := []slog.Attr{slog.String("pool.name", p.opts.Name)}
-		if err != nil {
-			attrs = append(attrs, slog.Any("err", unprefixed{err, fmt.Sprintf("pool %q: ", p.opts.Name)}))
-		}
-		l.LogAttrs(context.Background(), level, "pool: "+msg, attrs...)
-	}
 }
 
 // unprefixed is err without its `pool "name": ` prefix, which the record's

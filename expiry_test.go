@@ -261,7 +261,7 @@ func TestMaxLifetimeJitterSpreadsExpiry(t *testing.T) {
 	for now := time.Duration(0); now <= 2*time.Second+step; now += step {
 		clk.ns.Store(int64(now))
 		before := p.Stats().LifetimeExpired
-		p.destroyExpired(p.now())
+		p.ex.sweep(p.clk.now())
 		awaitDestroys(t, p)
 		perStep = append(perStep, int(p.Stats().LifetimeExpired-before))
 		if now <= time.Second {

@@ -42,12 +42,12 @@ import (
 // those, and their exits are logged, never raised (doc.go, "Waiting and
 // errors").
 func ftInBackground() bool {
-	return ftOnStack(").createIdle", ").runDestroy")
+	return ftOnStack(").createIdle", "destroyer[...]).run")
 }
 
 // ftInDestroyTask reports whether the calling goroutine is one of the
 // pool's Destroy tasks: the only place Destroy may run.
-func ftInDestroyTask() bool { return ftOnStack(").runDestroy") }
+func ftInDestroyTask() bool { return ftOnStack("destroyer[...]).run") }
 
 // ftOnStack reports whether a function whose name ends in one of suffixes
 // is on the calling goroutine's stack.

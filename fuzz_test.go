@@ -48,7 +48,7 @@ import (
 //     to its Destroy; with the upkeep on, one that expired only by idling
 //     stays while MinSize or fewer items exist (fzModel.destroyExpired).
 //   - Upkeep rounds (opUpkeep, with the upkeep on: see newFzRun), run by
-//     the script on its own goroutine with p.upkeepRound(), on the fake
+//     the script on its own goroutine with p.kp.upkeepRound(p), on the fake
 //     clock: that sweep; then, with a Preparer and CheckAfterIdle, the
 //     idle items due a check (by max(idleAt, checkedAt)) checked oldest
 //     first, a failure destroyed and a success stamped and put back at the
@@ -655,10 +655,7 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 	if !m.bypass() && m.slot != 0 { // the fast path: this processor's slot
 		id := m.slot
 		m.slot = 0
-		if m.plain { // nothing to judge: the lease asks for no spares
-			return m.leased(id, false)
-		}
-		return m.obtain(nil, id, try)
+		return m.obtain(nil, id, try, true) // reusing it, the lease asks for no spares
 	}
 	id, o, ok := m.acquire(nil, try, false)
 	switch {
@@ -667,7 +664,7 @@ func (m *fzModel) lease(try, canceled bool) fzOutcome {
 	case id != 0 && m.plain:
 		return m.leased(id, true)
 	}
-	return m.obtain(nil, id, try)
+	return m.obtain(nil, id, try, false)
 }
 
 // acquire is the gate's acquire, for the lease of w (nil: one that has not
@@ -737,9 +734,11 @@ func (m *fzModel) acquire(w *fzWaiter, try, again bool) (id int, o fzOutcome, ok
 // after the permit (doc.go, "Lifecycle of an item": Leased). An idle item
 // that is expired or fails its check goes to its Destroy with the permit,
 // once the lease has asked the gate for another (acquire, again), which
-// comes to the same here: a Destroy ends only in endDestroys.
-func (m *fzModel) obtain(w *fzWaiter, id int, try bool) fzOutcome {
-	for {
+// comes to the same here: a Destroy ends only in endDestroys. parked: id
+// came from this processor's slot; a lease that reuses it asks for no
+// spares (the doc comment of Options.MinIdle).
+func (m *fzModel) obtain(w *fzWaiter, id int, try, parked bool) fzOutcome {
+	for ; ; parked = false {
 		if id == 0 {
 			id = m.takeIdle()
 		}
@@ -747,7 +746,7 @@ func (m *fzModel) obtain(w *fzWaiter, id int, try bool) fzOutcome {
 			return m.createFresh()
 		}
 		if !m.judge {
-			return m.leased(id, true)
+			return m.leased(id, !parked)
 		}
 		if m.stamp {
 			m.sweep()
@@ -767,7 +766,7 @@ func (m *fzModel) obtain(w *fzWaiter, id int, try bool) fzOutcome {
 			}
 		}
 		if !expired {
-			return m.leased(id, true)
+			return m.leased(id, !parked)
 		}
 		m.toDestroy(id, why)
 		var o fzOutcome
@@ -897,7 +896,7 @@ func (m *fzModel) runGranted() {
 	for i := 0; i < len(m.granted); i++ {
 		if g := m.granted[i]; g.pending {
 			g.pending = false
-			g.want = m.obtain(g.w, g.item, false)
+			g.want = m.obtain(g.w, g.item, false, false)
 			g.queuedAt = len(m.waiters)
 		}
 	}
@@ -1340,14 +1339,14 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 	}
 	p.g.slots.s, p.g.slots.mask = p.g.slots.s[:1], 0 // one slot: see Determinism above
 	clk := &fakeClock{}
-	p.clock = clk.now
+	p.clk.fake = clk.now
 	// Seeding read the real clock: put the seeded items on the fake one,
 	// at 0, as the model has them; and it ran the creations in parallel:
 	// put the items in the order of their ids, as the model has them.
 	p.g.mu.Lock()
 	var seeded []*entry[*faultItem]
 	for e := p.g.idle.pop(); e != nil; e = p.g.idle.pop() {
-		e.deadline, e.idleAt = p.deadline(0), 0
+		e.deadline, e.idleAt = p.ex.deadline(0), 0
 		seeded = append(seeded, e)
 	}
 	slices.SortFunc(seeded, func(a, b *entry[*faultItem]) int { return a.value.id - b.value.id })
@@ -1360,16 +1359,18 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 		m.queue = append(m.queue, m.newItem())
 	}
 	r := &fzRun{t: t, p: p, f: f, sch: sch, clk: clk, m: m, reader: reader, abort: make(chan struct{})}
-	// The filler, played by the script (see MinIdle above, and Clear's
-	// refill): no goroutine of the pool's runs it.
-	p.filling.Store(true)
-	if p.asks == nil {
-		p.asks = make(chan struct{}, 1)
-	}
+	// The keeper's creations, played by the script (see MinIdle above, and
+	// Clear's refill): the keeper New started sleeps until Close
+	// (UpkeepInterval is an hour); asks go to one that never starts, and
+	// Close finds it ended.
+	p.kp = newKeeper(p)
+	p.kp.started.Store(true)
+	close(p.kp.stopped)
+
 	if minIdle > 0 {
 		// New asks the filler for a first round of spares.
 		p.opts.MinIdle = minIdle
-		p.ask(wantSpares)
+		p.kp.ask(wantSpares)
 		m.sparesAsked = true
 		r.spares()
 	}
@@ -1552,10 +1553,10 @@ func (r *fzRun) refill() {
 	if r.p.opts.MinSize == 0 {
 		return
 	}
-	if r.p.wants.And(^wantRefill)&wantRefill == 0 {
+	if r.p.kp.wants.And(^wantRefill)&wantRefill == 0 {
 		r.fail("Clear asked for no refill: %+v", r.p.Stats())
 	}
-	r.p.fillRound(wantRefill)
+	r.p.kp.fillRound(r.p, wantRefill)
 }
 
 // spares plays the spares task at the end of a step (see MinIdle above):
@@ -1565,9 +1566,9 @@ func (r *fzRun) spares() {
 	if r.m.minIdle == 0 {
 		return
 	}
-	asked := r.p.wants.And(^wantSpares)&wantSpares != 0
+	asked := r.p.kp.wants.And(^wantSpares)&wantSpares != 0
 	select {
-	case <-r.p.asks: // the wake-up, which nothing reads here
+	case <-r.p.kp.wake: // the wake-up, which nothing reads here
 	default:
 	}
 	if asked != r.m.sparesAsked {
@@ -1577,7 +1578,7 @@ func (r *fzRun) spares() {
 	if !ran {
 		return
 	}
-	if ok := r.p.fillRound(wantSpares) == 0; ok != want {
+	if ok := r.p.kp.fillRound(r.p, wantSpares) == 0; ok != want {
 		r.fail("spares round: ok %v, the model says %v", ok, want)
 	}
 	r.settle()
@@ -1711,7 +1712,7 @@ func (r *fzRun) step(op, arg byte) {
 		} else if m.upkeep { // the other arguments: an upkeep round, with the upkeep on
 			want := m.upkeepRound()
 			var ok bool
-			got := fzCall(catchPanic(func() { ok = r.p.upkeepRound() }))
+			got := fzCall(catchPanic(func() { ok = r.p.kp.upkeepRound(r.p) }))
 			if got.kind == fzOK && !ok {
 				got.kind = fzRoundFailed
 			}

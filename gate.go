@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -51,11 +52,9 @@ type gate[T any] struct {
 	// "Fail fast"). Written under mu by setDown; read without it by the
 	// creations and Stats.
 	down atomic.Bool
-	// shrinking: more items alive than size after a resize; returning
-	// items are destroyed and freed permits retire until they fit.
-	shrinking bool
-	// dying: permits of items on their way to Destroy. They count against
-	// size until Destroy returns, but a shrink need not shed them again.
+	// dying: permits of items on their way to Destroy, counted as they
+	// leave the idle ring or their holder, until Destroy returns. They count
+	// against size, but a shrink need not shed them again.
 	dying int
 	idle  idleQueue[T]
 	// fastLeases counts leases acquire completed, under the lock already
@@ -67,10 +66,6 @@ type gate[T any] struct {
 	// woken: waiters granted under the lock, linked by wakeNext, for
 	// unlock to wake after releasing it.
 	woken *waiter[T]
-	// takenOut counts batches of idle entries taken out to destroy until
-	// handed to Destroy. Added to under mu before close, which leaves
-	// nothing to take, so Close's Wait sees every batch.
-	takenOut sync.WaitGroup
 }
 
 // waiter is one lease queued for a permit, recycled through gate.spare.
@@ -250,6 +245,7 @@ const (
 	admitted         admission = iota // a permit, with an idle entry
 	admitRetired                      // a permit, with an idle entry from before the last Clear, to destroy
 	admitBare                         // a bare permit and no idle entry: the right to create one
+	admitParked                       // a permit, with the entry parked in the lease's processor's slot
 	queued                            // no permit yet: the lease waits, in await
 	refusedInUse                      // no permit free, and the caller would not wait
 	refusedCreating                   // no turn to create free, and the caller would not wait
@@ -382,12 +378,11 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 
 // setBypass turns the slots' bypass on when needed and reports whether it
 // came on; then the caller must steal every parked entry. Called under g.mu
-// after every change to closed, to the waiters or, while shrinking, to held.
+// after every change to closed or to the waiters, and by resize.
 // Only bypassOff turns it off, once nobody waits, so leases still blocked
 // on g.mu on their way into the queue are not overtaken by the fast path
 // (docs/DESIGN.md, "The bypass protocol").
 func (g *gate[T]) setBypass() (cameOn bool) {
-	g.shrinking = g.alive() > g.size
 	if !g.bypassNeeded() || g.slots.bypass.Load() {
 		return false // the common case: no write to the slots' header
 	}
@@ -398,8 +393,12 @@ func (g *gate[T]) setBypass() (cameOn bool) {
 // alive counts the items in existence but the dying. Caller holds g.mu.
 func (g *gate[T]) alive() int { return g.held - g.dying + g.idle.len() }
 
+// shrinking: more items alive than size after a resize; returning items
+// are destroyed and freed permits retire until they fit. Caller holds g.mu.
+func (g *gate[T]) shrinking() bool { return g.alive() > g.size }
+
 func (g *gate[T]) bypassNeeded() bool {
-	return g.closed || g.waiters.n > 0 || g.shrinking
+	return g.closed || g.waiters.n > 0 || g.shrinking()
 }
 
 // bypassOff: called when an item went idle or its permit came free with
@@ -498,12 +497,9 @@ func (w *waiter[T]) wait(ctx context.Context, timerC <-chan time.Time) (granted,
 	}
 }
 
-// testHooks are set by tests only. beforeWait and afterWait run in await
-// around the wait. slotRead runs in idleEntries after reading slot i,
-// under the lock and unpreemptible: it must not block.
+// testHooks are set by tests only: they run in await around the wait.
 var testHooks struct {
 	beforeWait, afterWait func()
-	slotRead              func(i int)
 }
 
 // leave dequeues a waiter that gave up and reports whether a grant raced
@@ -565,7 +561,7 @@ func (g *gate[T]) queuedLocked() {
 // permit.
 func (g *gate[T]) giveBack(e *entry[T]) (accepted bool) {
 	g.lock()
-	if g.closed || g.shrinking {
+	if g.closed || g.shrinking() {
 		g.unlock()
 		return false
 	}
@@ -656,10 +652,7 @@ func (g *gate[T]) setDown(down bool) (changed bool) {
 func (g *gate[T]) toDestroy() {
 	g.lock()
 	g.dying++
-	if g.shrinking {
-		g.shrinking = g.alive() > g.size
-		g.bypassOff()
-	}
+	g.bypassOff() // it may have been one too many
 	g.unlock()
 }
 
@@ -675,9 +668,6 @@ func (g *gate[T]) destroyed() {
 // dropPermitLocked: a permit found no waiter. Caller holds g.mu.
 func (g *gate[T]) dropPermitLocked() {
 	g.held--
-	if g.shrinking {
-		g.setBypass() // updates shrinking: false once the items fit
-	}
 	g.bypassOff()
 	g.settleLocked()
 }
@@ -747,4 +737,43 @@ func (g *gate[T]) takeIdle() *entry[T] {
 	g.creating--
 	g.grantTurnsLocked()
 	return e
+}
+
+// retired reports whether e was created, or began its creation, before the
+// last Clear: then it is destroyed where it would go idle or be lent.
+func (g *gate[T]) retired(e *entry[T]) bool { return e.era != g.slots.era.Load() }
+
+// refusedWhy is why giveBack refused an item: Close, or a SetMaxSize shrink.
+func (g *gate[T]) refusedWhy() reason {
+	g.lock()
+	defer g.unlock()
+	if g.closed {
+		return reasonClose
+	}
+	return reasonResize
+}
+
+// seed puts e idle: New's seeding, before anyone else can see the gate.
+func (g *gate[T]) seed(e *entry[T]) {
+	g.lock()
+	g.idle.push(e)
+	g.unlock()
+}
+
+// era is the count of Clears (see slots.era), read as a creation begins.
+func (g *gate[T]) era() uint64 { return g.slots.era.Load() }
+
+// isDown reports FailFastAfter's verdict, without the lock.
+func (g *gate[T]) isDown() bool { return g.down.Load() }
+
+// creationsCap is MaxConcurrentCreates, or math.MaxInt for no cap.
+func (g *gate[T]) creationsCap() int { return g.maxCreating }
+
+// init sizes a new gate for the options.
+func (g *gate[T]) init(o Options[T]) {
+	g.size, g.maxQueued, g.maxCreating = o.MaxSize, o.MaxQueuedLeases, o.MaxConcurrentCreates
+	if g.maxCreating == 0 {
+		g.maxCreating = math.MaxInt
+	}
+	g.slots.init()
 }

@@ -3,14 +3,15 @@ package pool
 import "slices"
 
 // The gate's administration: Clear, Close and SetMaxSize, the expiry
-// sweep's and the upkeep's takes of idle entries, and the counts Stats and
-// the scans read. Each runs in one critical section of the gate's; those
-// that take entries out to destroy hand each with a permit to the caller,
-// and count the batch in takenOut (see gate.takenOut).
+// sweep's and the upkeep's takes of idle entries, the waits of Close and
+// Shutdown, and the counts Stats reads. Each runs in one critical section
+// of the gate's; those that take entries out to destroy hand each to the
+// caller with a permit counted as dying (see gate.dying), so that Close's
+// wait for the dying sees them before their Destroy calls start.
 
 // takeWhere removes from the idle ring, parked entries included, the
-// entries for which drop reports true, each with a permit and marked
-// busy (see holders.go), for the caller to destroy. drop sees, with each
+// entries for which drop reports true, each with a dying permit, for the
+// caller to destroy. drop sees, with each
 // entry, the items in existence, less those it dropped before. See
 // "Sweeping" in expiry.go.
 func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry[T]) {
@@ -23,20 +24,16 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 			return false
 		}
 		n--
-		e.flipBusy() // on its way to Destroy: no lease (holders.go)
 		es = append(es, e)
 		return true
 	})
 	g.held += len(es)
-	if len(es) > 0 {
-		g.takenOut.Add(1)
-	}
+	g.dying += len(es)
 	return es
 }
 
 // takeIdleIf removes and returns the oldest idle entry for which want
-// reports true, with a permit and marked busy (see holders.go), or nil when there
-// is none.
+// reports true, with a permit, or nil when there is none.
 func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	g.lock()
 	defer g.unlock()
@@ -50,16 +47,14 @@ func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	})
 	if e != nil {
 		g.held++
-		e.flipBusy()
 	}
 	return e
 }
 
-// drainIdle removes every idle entry, queued or parked, with a permit for
-// each (taken for the queued ones: possible without waiting, as held + idle
-// <= size), so that the items count against the cap until the caller has
-// destroyed them and returned the permits; and held, so that no scan takes
-// one for a lease while it waits for its Destroy (see holders.go).
+// drainIdle removes every idle entry, queued or parked, with a dying
+// permit for each (taken for the queued ones: possible without waiting, as
+// held + idle <= size), so that the items count against the cap until the
+// caller has destroyed them.
 func (g *gate[T]) drainIdle() []*entry[T] {
 	g.lock()
 	defer g.unlock()
@@ -75,9 +70,7 @@ func (g *gate[T]) drainIdleLocked() []*entry[T] {
 	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
 		es = append(es, e)
 	}
-	for _, e := range es {
-		e.flipBusy() // on its way to Destroy: no lease (holders.go)
-	}
+	g.dying += len(es)
 	return es
 }
 
@@ -88,11 +81,7 @@ func (g *gate[T]) clear() []*entry[T] {
 	g.lock()
 	defer g.unlock()
 	g.slots.era.Add(1)
-	es := g.drainIdleLocked()
-	if len(es) > 0 {
-		g.takenOut.Add(1)
-	}
-	return es
+	return g.drainIdleLocked()
 }
 
 // close marks the gate closed, wakes every waiter with ErrClosed and
@@ -112,19 +101,20 @@ func (g *gate[T]) close() ([]*entry[T], bool) {
 }
 
 // settle is a wait of Close or Shutdown for the closed gate to reach a
-// state: at most creations turns to create taken, or, with creations
-// negative, no permit held (the gate's full weight free).
+// state: at most creations turns to create taken and at most dying items
+// on their way to Destroy; or, with all, no permit held (the gate's full
+// weight free).
 type settle struct {
-	creations int
-	done      chan struct{}
+	creations, dying int
+	all              bool
+	done             chan struct{}
 }
 
 // whenSettled returns a channel closed once the gate is closed and holds
-// what s.creations asks (see settle).
-func (g *gate[T]) whenSettled(creations int) <-chan struct{} {
+// what s asks.
+func (g *gate[T]) whenSettled(s settle) <-chan struct{} {
 	g.lock()
 	defer g.unlock()
-	s := settle{creations: creations}
 	if g.closed && g.settled(s) {
 		return closedChan
 	}
@@ -134,10 +124,10 @@ func (g *gate[T]) whenSettled(creations int) <-chan struct{} {
 }
 
 func (g *gate[T]) settled(s settle) bool {
-	if s.creations < 0 {
+	if s.all {
 		return g.held == 0
 	}
-	return g.creating <= s.creations
+	return g.creating <= s.creations && g.dying <= s.dying
 }
 
 // settleLocked ends the waits that hold now, after a permit or a turn came
@@ -172,43 +162,6 @@ func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sum
 	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, g.creating, g.dying, sums
 }
 
-// idleEntries appends every idle entry, queued or parked, to buf, for the
-// scans of holders.go. It holds the lock for that copy and nothing more:
-// buf grows outside it. Parked entries come and go without the lock (see
-// ring.go), so it reads the slots with bypass on, turning it on if it was
-// off and off again after, under the lock: only the fast path sees it
-// change. holders.go, "Which entries are out", says why its scans need that.
-func (g *gate[T]) idleEntries(buf []*entry[T]) []*entry[T] {
-	for {
-		g.lock()
-		if need := len(buf) + g.idle.len() + len(g.slots.s); cap(buf) < need {
-			g.unlock()
-			buf = slices.Grow(buf, need-len(buf))
-			continue
-		}
-		for i := range g.idle.n {
-			buf = append(buf, g.idle.buf[(g.idle.head+i)&(len(g.idle.buf)-1)])
-		}
-		bypassed := g.slots.bypass.Load()
-		if !bypassed {
-			g.slots.bypass.Store(true)
-		}
-		for i := range g.slots.s {
-			if e := g.slots.s[i].e.Load(); e != nil {
-				buf = append(buf, e)
-			}
-			if testHooks.slotRead != nil {
-				testHooks.slotRead(i)
-			}
-		}
-		if !bypassed {
-			g.slots.bypass.Store(false)
-		}
-		g.unlock()
-		return buf
-	}
-}
-
 // items returns the items in existence as the gate counts them: permits
 // held (leased, parked, being created, checked or destroyed) plus idle.
 func (g *gate[T]) items() int {
@@ -232,19 +185,12 @@ func (g *gate[T]) queueAndSize() (queued, size, creating, dying int) {
 	return g.waiters.n, g.size, g.creating, g.dying
 }
 
-// isClosed reports whether close has run.
-func (g *gate[T]) isClosed() bool {
-	g.lock()
-	defer g.unlock()
-	return g.closed
-}
-
 // resize sets the gate's size to n. Growing grants the queued waiters, in
 // FIFO order, the right to create an item as far as the new size goes.
 // Shrinking below the items in existence (held + idle) takes idle items out
 // to destroy, each with a permit, as many as the excess and idle items
-// allow; the caller destroys them and frees their permits. The rest
-// of the excess is leased: shrinking stays set, so the slots are bypassed,
+// allow, their permits dying; the caller destroys them. The rest
+// of the excess is leased: the gate stays shrinking, so the slots are bypassed,
 // giveBack refuses an item (its holder destroys it) and a bare permit retires
 // instead of reaching a waiter, until held + idle fits. It returns ErrClosed
 // on a closed gate.
@@ -262,7 +208,6 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 		// join the idle queue, as bypass requires.
 		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
 			if over > 0 {
-				e.flipBusy() // on its way to Destroy: no lease (holders.go)
 				excess = append(excess, e)
 				over--
 			} else {
@@ -276,11 +221,8 @@ func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 			break // the rest of the excess is leased
 		}
 		g.held++
-		e.flipBusy()
 		excess = append(excess, e)
 	}
-	if len(excess) > 0 {
-		g.takenOut.Add(1)
-	}
+	g.dying += len(excess)
 	return excess, nil
 }

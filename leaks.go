@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"go.opentelemetry.io/otel/metric"
 )
@@ -67,23 +66,12 @@ type leakSink struct {
 	add     []metric.AddOption
 }
 
-// newLeakSink returns the leak sink of the pool p, holding p weakly, with
-// the pool's clock.
-func newLeakSink[T any](p *Pool[T]) *leakSink {
-	wp := weak.Make(p)
-	clock, epoch := p.clock, p.epoch
-	now := func() int64 { return monotime() - epoch }
-	if clock != nil {
-		now = clock
-	}
-	s := &leakSink{
-		alive:  func() bool { return wp.Value() != nil },
-		now:    now,
-		name:   p.opts.Name,
-		onLeak: p.opts.OnLeak,
-	}
-	if p.m != nil {
-		s.counter, s.add = p.m.leaked, p.m.add
+// newLeakSink returns the leak sink of a pool that alive reports not yet
+// collected, with the pool's clock.
+func newLeakSink(alive func() bool, clk *clock, name string, onLeak func(LeakReport), m *metrics) *leakSink {
+	s := &leakSink{alive: alive, now: clk.now, name: name, onLeak: onLeak}
+	if m != nil {
+		s.counter, s.add = m.leaked, m.add
 	}
 	return s
 }
@@ -137,7 +125,7 @@ func (s *leakSink) report(rec *leaseRecord) {
 //
 // With LeakThreshold or TrackLeaseSites, each entry has a leaseRecord, made
 // with it, so that a lease allocates nothing. Only the lease holder writes
-// it, in the Lease call, before the handle is returned (Pool.record);
+// it, in the Lease call, before the handle is returned (observer.record);
 // the watcher, Outstanding and the cleanup read it.
 
 // leakStackDepth bounds the frames a leaseRecord keeps.
@@ -188,19 +176,6 @@ func (r *leaseRecord) startOf(gen uint64) (at int64, ok bool) {
 // (or TryLease, or Do). Starting the walk near the caller keeps it cheap.
 // TestLeakReportNamesTheLeasingFunction checks it.
 const leakSiteSkip = 5
-
-// record notes the start of l and, with TrackLeaseSites, where it was
-// taken: the walk runs under the lock, straight into the record.
-func (p *Pool[T]) record(l Lease[T]) {
-	r := l.e.rec
-	r.start.Store(startWord(p.now(), l.gen))
-	if p.route.sited {
-		r.mu.Lock()
-		r.lease = l.gen + 1
-		r.n = runtime.Callers(leakSiteSkip, r.pcs[:])
-		r.mu.Unlock()
-	}
-}
 
 // stackOf formats the stack recorded for the lease of generation gen, or
 // returns "" when there is none, or it describes another lease by now.

@@ -180,7 +180,7 @@ func TestLeakNeverReportsEndedLeases(t *testing.T) {
 	p, tr, reps, collect := lkNewPool(t, Options[*conn]{
 		Name: "tidy", MaxSize: 8, IdleTimeout: time.Minute, TrackLeaseSites: true,
 	})
-	p.clock = clk.now
+	p.clk.fake = clk.now
 
 	var detached []*conn
 	func() {

@@ -18,7 +18,7 @@ import (
 
 // entry is one item and the pool's bookkeeping for it, referenced by the
 // idle ring while idle and only by its Lease handles while leased; the
-// registry (holders.go) holds it weakly.
+// registry (observer.go) holds it weakly.
 type entry[T any] struct {
 	// gen is the lease generation: a Lease is valid while gen equals the
 	// value it was handed out with. Ending a lease bumps it with a
@@ -27,7 +27,7 @@ type entry[T any] struct {
 
 	value T
 	pool  *Pool[T]
-	era   uint64 // slots.era when the item's creation began: see Pool.retired
+	era   uint64 // slots.era when the item's creation began: see gate.retired
 
 	// The fields below belong to whoever holds the entry: the lease holder,
 	// or the pool while it is idle (guarded by gate.mu in the queue).
@@ -55,13 +55,11 @@ type entry[T any] struct {
 	// trace.go. Made at creation.
 	trace *traceState
 
-	// self is the registry's weak pointer to the entry; busy is odd while
-	// the pool works on it between leases (holders.go).
+	// self is the registry's weak pointer to the entry (observer.go).
 	self weak.Pointer[entry[T]]
-	busy atomic.Uint32
 
 	// atEnd says what the end of the current lease must account for
-	// (Pool.leaseEnded), in one word a release tests; the holder and the
+	// (observer.leaseEnded), in one word a release tests; the holder and the
 	// watcher set and clear its bits atomically.
 	atEnd atomic.Uint32
 }
@@ -129,7 +127,7 @@ func (l Lease[T]) CreatedAt() time.Time {
 // when the lease has ended, as Value does.
 func (l Lease[T]) IdleFor() time.Duration {
 	e := l.live("IdleFor")
-	if !e.pool.route.stamped {
+	if !e.pool.opts.stamps() {
 		return 0
 	}
 	return time.Duration(e.idleFor)
@@ -161,7 +159,7 @@ func (l Lease[T]) Release() {
 // Like Release it does nothing on an ended lease.
 func (l Lease[T]) Discard() {
 	if l.end() {
-		l.e.pool.discard(l.e)
+		l.e.pool.end(l.e, reasonDiscard, "discard")
 	}
 }
 

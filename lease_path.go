@@ -19,7 +19,7 @@ import (
 // The caller must end the lease: defer l.Release(). Lease panics when ctx
 // is nil.
 func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
-	return p.lease(ctx, mayWait, nil)
+	return p.lease(ctx, mayWait)
 }
 
 // TryLease is Lease without the wait: when MaxSize items are in use, or
@@ -27,7 +27,7 @@ func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
 // while the pool is down (Options.FailFastAfter) with no item idle,
 // ErrBackendDown. It may still create and prepare an item, within ctx.
 func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
-	return p.lease(ctx, noWait, nil)
+	return p.lease(ctx, noWait)
 }
 
 // Do leases an item, calls fn with it and ends the lease: Release when fn
@@ -44,7 +44,7 @@ func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 //		return nil
 //	})
 func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
-	l, err := p.lease(ctx, mayWait, nil)
+	l, err := p.lease(ctx, mayWait)
 	if err != nil {
 		return err
 	}
@@ -64,74 +64,78 @@ func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
 	return err
 }
 
-// lease serves Lease, TryLease and Do (lt nil). A pool with a Tracer or
-// TrackLeaseSites goes first to leaseAtEdge, which calls back with an lt
-// for the slow lease to fill in; the fast path has nothing to measure.
-func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
+// lease serves Lease, TryLease and Do. A pool whose leases have more to do
+// than take the parked item (slowLease) goes to leaseAtEdge, which comes
+// back through leaseVia; the fast path has nothing to measure.
+func (p *Pool[T]) lease(ctx context.Context, wait waitChoice) (Lease[T], error) {
 	if ctx == nil {
 		panic(errNilContext)
 	}
-	if p.route.edge && lt == nil {
+	if p.slowLease {
 		return p.leaseAtEdge(ctx, wait)
 	}
 	if err := ctx.Err(); err != nil {
 		return p.leaseFailed(ctx, errCanceled, err) // gave up already: take nothing
 	}
-	// An idle item in this processor's slot, not retired by a Clear, in a pool
-	// with nothing to judge: docs/DESIGN.md, "Take and park, written out".
+	// An idle item in this processor's slot, not retired by a Clear:
+	// docs/DESIGN.md, "Take and park, written out".
 	if r := &p.g.slots; !r.bypass.Load() {
 		pid := procPin()
 		s := &r.s[pid&r.mask]
 		// Load first: a miss then costs no locked instruction.
 		if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
-			switch p.route.lease {
-			case leaseAsIs:
-				if e.era == r.era.Load() {
-					r.countLease(pid) // still pinned: see countLease
-					procUnpin()
-					return Lease[T]{e: e, gen: e.gen.Load()}, nil
+			if e.era == r.era.Load() {
+				if k := r.countLease(pid); p.ob.sampled(k) { // still pinned: see countLease
+					p.ob.sampleUse(e) // reads the clock, pinned: nothing that may block
 				}
-			case leaseSampled:
-				if e.era == r.era.Load() {
-					if k := r.countLease(pid); p.sampledForUse(k) {
-						p.sampleUse(e) // reads the clock, pinned: nothing that may block
-					}
-					procUnpin()
-					return Lease[T]{e: e, gen: e.gen.Load()}, nil
-				}
+				procUnpin()
+				return Lease[T]{e: e, gen: e.gen.Load()}, nil
 			}
 			procUnpin()
-			return p.leaseSlow(ctx, e, nil, admitted, wait, lt)
+			return p.leaseSlow(ctx, e, nil, admitted, wait, &leaseTimes{})
 		}
 		procUnpin()
+	}
+	return p.leaseFromGate(ctx, wait, nil)
+}
+
+// leaseVia is the lease of a slowLease pool, lt its measures: the parked
+// item, if any, goes through the slow path's judgement.
+func (p *Pool[T]) leaseVia(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
+	if err := ctx.Err(); err != nil {
+		return p.leaseFailed(ctx, errCanceled, err)
+	}
+	if e := p.g.slots.take(); e != nil {
+		return p.leaseSlow(ctx, e, nil, admitParked, wait, lt)
 	}
 	return p.leaseFromGate(ctx, wait, lt)
 }
 
 // leaseFromGate takes an idle item, or a permit to create one, from the
-// gate, which queues the lease when there is neither.
+// gate, which queues the lease when there is neither. lt is nil on the
+// fast path: then an idle item completes the lease there.
 func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
-	e, w, a := p.g.acquire(ctx, wait, p.route.lease == leaseAsIs, 0)
-	if a == admitted && p.route.lease == leaseAsIs {
+	plain := lt == nil && p.ob.m == nil
+	e, w, a := p.g.acquire(ctx, wait, plain, 0)
+	if a == admitted && plain {
 		if p.opts.MinIdle > 0 {
-			p.ask(wantSpares) // it may have taken the last spare
+			p.kp.ask(wantSpares) // it may have taken the last spare
 		}
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil // counted by acquire
+	}
+	if lt == nil {
+		lt = &leaseTimes{}
 	}
 	return p.leaseSlow(ctx, e, w, a, wait, lt)
 }
 
 // leaseSlow finishes a lease after the gate's admission a: e came with the
-// permit when a is admitted or admitRetired; w is its place when a is
-// queued; lt is the caller's when traced. Each rung, one helper, that holds
-// the permit hands it on, with its item, or lets it go (destroying the item)
+// permit when a is admitted, admitParked or admitRetired; w is its place when a is
+// queued; lt, the lease's measures. Each rung, one helper, that holds the
+// permit hands it on, with its item, or lets it go (destroying the item)
 // before returning an error, also on a panic or runtime.Goexit of user
 // code: a deferred call lets go unless the rung settled.
 func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
-	var own leaseTimes
-	if lt == nil {
-		lt = &own
-	}
 	var ticket uint64 // its place in line, from its first wait
 	for {
 		// Refused: fail with the reason.
@@ -154,36 +158,24 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		if err == errAnotherPermit {
 			failed := e
 			e, w, a = p.anotherPermit(ctx, wait, ticket)
-			p.destroyLater(failed, why, nil) // after: the permit it frees may be the lease's
+			p.ds.later(failed, why, nil) // after: the permit it frees may be the lease's
 			continue
 		}
 		if err == nil && e == nil {
 			e, t, err = p.createReady(ctx, lt)
 		}
 		if err != nil {
-			return p.leaseFailed(ctx, p.failedBy(ctx, t, err), err)
+			return p.leaseFailed(ctx, failedBy(ctx, t, err), err)
 		}
-		// Lent: counted; with MinIdle, ask for spares: it may have taken the last.
+		// Lent: counted; with MinIdle, ask for spares unless it reused the
+		// parked item: it may have taken the last.
 		k := p.g.slots.countLease(procPin())
 		procUnpin()
-		if p.opts.MinIdle > 0 {
-			p.ask(wantSpares)
+		if p.opts.MinIdle > 0 && a != admitParked {
+			p.kp.ask(wantSpares)
 		}
-		if p.m != nil {
-			p.lentMetrics(ctx, e, k, lt.queued, lt.wait)
-		}
+		p.ob.lent(ctx, e, k, lt)
 		return Lease[T]{e: e, gen: e.gen.Load()}, nil
-	}
-}
-
-// lentMetrics records a slow lease's wait when it queued, and e's use_time
-// when the lease, k-th on its processor, is sampled.
-func (p *Pool[T]) lentMetrics(ctx context.Context, e *entry[T], k uint64, queued bool, waited time.Duration) {
-	if queued {
-		p.m.waitTime.Record(ctx, waited.Seconds(), p.m.rec...)
-	}
-	if p.sampledForUse(k) {
-		p.sampleUse(e)
 	}
 }
 
@@ -227,7 +219,7 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 	case refusedQueueFull:
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queueFull)
 	case refusedDown:
-		return p.leaseFailed(ctx, errDown, p.backendDown())
+		return p.leaseFailed(ctx, errDown, p.mk.backendDown())
 	default:
 		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queue)
 	}
@@ -244,7 +236,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 	}
 	if e != nil {
 		// Granted as we gave up, on a pool that closed or shrank: ours to destroy.
-		p.destroyLater(e, p.refusedWhy(), nil)
+		p.ds.later(e, p.g.refusedWhy(), nil)
 	}
 	var t errType
 	switch {
@@ -253,7 +245,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 	case err == ErrClosed:
 		t, err = errClosed, p.errClosed
 	case err == ErrBackendDown:
-		t, err = errDown, p.backendDown()
+		t, err = errDown, p.mk.backendDown()
 	default:
 		t = errCanceled
 	}
@@ -268,12 +260,12 @@ func (p *Pool[T]) timeoutError(since int64) error {
 	waited := time.Duration(monotime() - since)
 	queued, size, creating, dying := p.g.queueAndSize()
 	what := fmt.Sprintf("every item stayed in use (MaxSize %d)", size)
-	if creating >= p.g.maxCreating {
+	if creating >= p.g.creationsCap() {
 		what = fmt.Sprintf("no item came free, and the creations stayed at MaxConcurrentCreates (%d)", creating)
 	}
 	err := fmt.Errorf("%w: pool %q: %s for %v; %d leases waiting, %d items being created, %d being destroyed",
 		ErrLeaseTimeout, p.opts.Name, what, waited.Round(time.Millisecond), queued, creating, dying)
-	if cause := p.failedSince(since); cause != nil {
+	if cause := p.mk.failedSince(since); cause != nil {
 		err = fmt.Errorf("%w; the last creation failed: %w", err, cause)
 	}
 	return err
@@ -302,10 +294,9 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_
 		}
 	}()
 	var now int64
-	if p.route.stamped {
-		if now = p.now(); p.claimSweep(now) {
-			p.destroyExpired(now)
-		}
+	if p.opts.stamps() {
+		now = p.clk.now()
+		p.ex.sweepIfDue(now)
 	}
 	v, why, err := p.judge(ctx, e, now, lt)
 	settled = true
@@ -317,7 +308,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_
 		return nil, errCanceled, 0, err
 	}
 	if err != nil && ctx.Err() != nil {
-		p.destroyLater(e, why, nil)
+		p.ds.later(e, why, nil)
 		return nil, errCanceled, 0, ctx.Err() // the caller gave up: don't try another
 	}
 	return e, 0, why, errAnotherPermit
@@ -332,33 +323,33 @@ const (
 	destroyIt         // for the reason judge gave
 )
 
-// judge says destroyIt when a Clear retired e or it expired by now (unless
-// keepsFloor keeps an item only idle too long), or when the Preparer's due
-// check fails; a check counts against LeaseTimeout. The error is the
-// check's, or ctx's when it ended before the check.
+// judge says destroyIt when a Clear retired e or it expired by now (but an
+// item only idle too long that the upkeep's floor keeps), or when the
+// Preparer's due check fails; a check counts against LeaseTimeout. The
+// error is the check's, or ctx's when it ended before the check.
 func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTimes) (verdict, reason, error) {
-	if p.retired(e) {
+	if p.g.retired(e) {
 		return destroyIt, reasonClear, nil
 	}
-	if !p.route.judged {
+	if !p.opts.judges() {
 		return lendIt, 0, nil
 	}
-	if why, expired := p.expired(e, now); expired && (why != reasonIdle || !p.keepsFloor()) {
+	if why, expired := p.ex.judge(e, now); expired {
 		return destroyIt, why, nil
 	}
-	if p.needsCheck(e, now) {
+	if p.ck.due(e, now) {
 		if err := ctx.Err(); err != nil {
 			return spareIt, 0, err
 		}
 		lt.start(p.opts.LeaseTimeout > 0)
-		start := p.startTimer(lt)
-		err := p.prepare(ctx, e)
-		p.stopTimer(lt, start, &lt.prepare)
+		start := p.ob.startTimer(lt)
+		err := p.ck.check(ctx, e)
+		p.ob.stopTimer(lt, start, &lt.prepare)
 		if err != nil {
 			return destroyIt, reasonPrepare, err
 		}
 	}
-	if p.route.stamped {
+	if p.opts.stamps() {
 		e.idleFor = max(now-e.idleAt, 0)
 	}
 	return lendIt, 0, nil
@@ -376,17 +367,17 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 		}
 	}()
 	var abandoned bool
-	start := p.startTimer(lt)
-	e, abandoned, err = p.create(ctx)
-	p.stopTimer(lt, start, &lt.create)
+	start := p.ob.startTimer(lt)
+	e, abandoned, err = p.mk.create(ctx)
+	p.ob.stopTimer(lt, start, &lt.create)
 	if err != nil {
 		settled = abandoned // the permit went with the creation
 		return nil, errCreate, err
 	}
 	if p.opts.Preparer != nil {
-		start = p.startTimer(lt)
-		err = p.prepareFresh(ctx, e)
-		p.stopTimer(lt, start, &lt.prepare)
+		start = p.ob.startTimer(lt)
+		err = p.ck.check(ctx, e)
+		p.ob.stopTimer(lt, start, &lt.prepare)
 		if err != nil {
 			return nil, errPrepare, err // the deferred letGo destroys it
 		}
@@ -398,7 +389,7 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 // letGo gives up a failing lease's permit, with its item if any.
 func (p *Pool[T]) letGo(e *entry[T]) {
 	if e != nil {
-		p.destroyLater(e, reasonPrepare, nil)
+		p.ds.later(e, reasonPrepare, nil)
 		return
 	}
 	p.g.free()
@@ -426,7 +417,7 @@ func (t errType) String() string { return errTypeNames[t] }
 // failedBy classifies err of step t: t, unless Close or ctx ended it.
 // ErrClosed first: a factory wrapping its ctx's error (as net.Dialer does)
 // makes a creation that Close canceled match context.Canceled too.
-func (p *Pool[T]) failedBy(ctx context.Context, t errType, err error) errType {
+func failedBy(ctx context.Context, t errType, err error) errType {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return errClosed
@@ -440,16 +431,6 @@ func (p *Pool[T]) failedBy(ctx context.Context, t errType, err error) errType {
 
 // leaseFailed counts a failed lease in Stats and pool.lease.errors.
 func (p *Pool[T]) leaseFailed(ctx context.Context, t errType, err error) (Lease[T], error) {
-	switch t {
-	case errCanceled:
-		p.c.canceled.Add(1)
-	case errTimeout:
-		p.c.timeouts.Add(1)
-	case errExhausted:
-		p.c.refused.Add(1)
-	}
-	if p.m != nil {
-		p.m.leaseFailed(ctx, t)
-	}
+	p.ob.leaseFailed(ctx, t)
 	return Lease[T]{}, err
 }

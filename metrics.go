@@ -180,31 +180,8 @@ const (
 	useSampleBelow = 1 << (64 - useSampleBits)
 )
 
-// sampledForUse is the sampling rule: the lease with k leases before it on
-// its processor is sampled when Fibonacci hashing puts k below
-// p.useSampleBelow (a test may change it). That keeps one in useSampleEvery,
-// evenly spread and never in step with a periodic pattern of hold times, and
-// the first lease on each processor (k = 0), so a pool's first leases show.
-func (p *Pool[T]) sampledForUse(k uint64) bool { return k*fibonacci < p.useSampleBelow }
-
-// sampleUse stamps the start of a sampled lease of e; its end records it.
-func (p *Pool[T]) sampleUse(e *entry[T]) {
-	e.useFrom = p.now()
-	e.atEnd.Or(atEndSampled)
-}
-
-// recordUse records the hold time of e's sampled lease, just ended.
-func (p *Pool[T]) recordUse(e *entry[T]) {
-	p.m.useTime.Record(context.Background(), seconds(p.now()-e.useFrom), p.m.rec...)
-	e.atEnd.And(^uint32(atEndSampled))
-}
-
 // seconds converts a span of the pool's clock (nanoseconds) to seconds.
 func seconds(ns int64) float64 { return float64(ns) / 1e9 }
-
-func (m *metrics) leaseFailed(ctx context.Context, t errType) {
-	m.leaseErrors.Add(ctx, 1, m.errAdd[t]...)
-}
 
 func (m *metrics) itemDestroyed(why reason, failed bool) {
 	m.destroyed.Add(context.Background(), 1, m.reasonAdd[why]...)

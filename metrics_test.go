@@ -195,7 +195,7 @@ func TestMetricsScripted(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
-	p.clock = clk.now
+	p.clk.fake = clk.now
 	ctx := context.Background()
 
 	// Two fresh leases, created and prepared: every permit is held.
@@ -349,7 +349,7 @@ func TestMetricsLifetimeAndReset(t *testing.T) {
 		},
 		MeterProvider: mp,
 	})
-	p.clock = clk.now
+	p.clk.fake = clk.now
 	mustLease(t, p).Release() // created at 0
 	l := mustLease(t, p)
 	clk.advance(int64(2 * time.Minute))
@@ -513,7 +513,7 @@ func TestMetricsNilProviderRegistersNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := newTracked(t, Options[*conn]{MinSize: 1, MeterProvider: tc.mp})
-			assert.Nil(t, p.m, "instruments made without a provider")
+			assert.Nil(t, p.ob.m, "instruments made without a provider")
 			mustLease(t, p).Release()
 		})
 	}
@@ -521,7 +521,7 @@ func TestMetricsNilProviderRegistersNothing(t *testing.T) {
 		sdk, _ := mtProvider(t)
 		cp := &mtCountingProvider{MeterProvider: sdk}
 		p, _ := newTracked(t, Options[*conn]{MeterProvider: cp})
-		assert.NotNil(t, p.m)
+		assert.NotNil(t, p.ob.m)
 		assert.Positive(t, cp.meters.Load())
 	})
 }

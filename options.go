@@ -270,6 +270,19 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	return o, o.checkCreateTimeout()
 }
 
+// judges: a lease looks at an idle item before lending it, which may
+// have expired (IdleTimeout, MaxLifetime) or need a check (Preparer).
+func (o Options[T]) judges() bool {
+	return o.Preparer != nil || o.IdleTimeout > 0 || o.MaxLifetime > 0
+}
+
+// stamps: a release reads the clock, to judge the item's lifetime and
+// stamp when it went idle (IdleTimeout, MaxLifetime, or a Preparer with
+// CheckAfterIdle).
+func (o Options[T]) stamps() bool {
+	return o.IdleTimeout > 0 || o.MaxLifetime > 0 || o.Preparer != nil && o.CheckAfterIdle > 0
+}
+
 // checkCreateTimeout refuses the options that need a bound on each
 // creation and lack it: a factory call that never returns would hold its
 // turn under MaxConcurrentCreates for good, and would never count toward

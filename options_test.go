@@ -123,7 +123,7 @@ func TestTypedNilOptionsAreTreatedAsNil(t *testing.T) {
 	l, err := p.Lease(context.Background())
 	require.NoError(t, err)
 	l.Release()
-	assert.Nil(t, p.m, "no metrics from a nil MeterProvider")
+	assert.Nil(t, p.ob.m, "no metrics from a nil MeterProvider")
 	assert.Nil(t, p.opts.Preparer)
 }
 

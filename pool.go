@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"reflect"
 	"runtime"
 	"sync"
@@ -26,33 +25,31 @@ import (
 
 // Pool is a bounded pool of items of type T. It is safe for use by many
 // goroutines. Create one with New; end it with Close or Shutdown.
+//
+// It composes its rooms, each a type that owns its state (docs/DESIGN.md,
+// "The rooms"), and keeps the lease and release paths.
 type Pool[T any] struct {
-	g       gate[T]
-	factory Factory[T]
-	opts    Options[T] // with defaults; immutable after New
+	// The fast path's two bits, fixed by New from the options: slowLease,
+	// a lease has more to do than take its processor's parked item (a
+	// Tracer, lease records, items to judge); slowRelease, a release more
+	// than park it (Reset, MaxUses, the clock, a Tracer, use_time samples,
+	// LeakThreshold's reports).
+	slowLease, slowRelease bool
 
-	// nillable: T has a nil value (pointer, interface, map, slice, chan,
-	// func), which a factory must not return as an item.
-	nillable bool
+	g    gate[T]
+	ob   observer[T]
+	mk   maker[T]
+	ds   destroyer[T]
+	ex   expiry[T]
+	ck   checker[T]
+	kp   *keeper[T] // apart from the pool: its goroutine holds the pool weakly
+	opts Options[T] // with defaults; immutable after New
 
-	route route // which way leases and releases go: fixed by New
-
-	// useSampleBelow is the scrambled count below which a lease is sampled
-	// for pool.lease.use_time (sampledForUse): useSampleBelow, but in tests.
-	useSampleBelow uint64
-
-	epoch   int64        // monotime at New
-	started time.Time    // time.Now at New, for Lease.CreatedAt
-	clock   func() int64 // testClock at New: nanoseconds since epoch; nil: the real clock
+	clk     *clock
+	started time.Time // time.Now at New, for Lease.CreatedAt
 
 	done   context.Context // canceled by Close: ends creations in flight
 	cancel context.CancelFunc
-
-	c      counters
-	health health // the creations' failures: FailFastAfter, ErrLeaseTimeout's cause
-
-	m     *metrics  // nil without a MeterProvider: see metrics.go
-	leaks *leakSink // what the entries' cleanups reach: see leaks.go
 
 	// Made once (exhausted again by SetMaxSize), so that a failing lease
 	// allocates nothing.
@@ -62,124 +59,21 @@ type Pool[T any] struct {
 	// size the last of them set.
 	resizing sync.Mutex
 
-	// sweepEvery is how often the idle items are swept for expiry (0: never:
-	// neither IdleTimeout nor MaxLifetime is set); sweepAt, the pool clock
-	// at which the next lease or release that reads the clock sweeps. See
-	// "Sweeping" in expiry.go.
-	sweepEvery int64
-	sweepAt    atomic.Int64
-
-	upkeep *upkeeper // nil without UpkeepInterval: see upkeep.go
-	// The filler's rounds, the watcher and its reports: see tasks.go. Apart
-	// from the pool, so that a task can outlive a pool dropped without
-	// Close without keeping it alive.
-	tasks *tasks
-	// The filler (create.go, "Creating on the pool's own account"): asks
-	// (nil without MinSize or MinIdle) wakes it, wants says what to fill,
-	// filling that it has started, refillAfter when the last Clear's
-	// destroys end.
-	asks        chan struct{}
-	wants       atomic.Uint32
-	filling     atomic.Bool
-	refillAfter atomic.Pointer[<-chan struct{}]
-	// destroys runs the Destroy calls, on goroutines of their own (see
-	// destroy.go); unlike tasks it is never stopped: a lease that ends
-	// after Close still has its item destroyed.
-	destroys *tasks
-
-	reg     registry[T]           // every entry in existence, held weakly: see holders.go
-	watcher *watcher              // nil without LeakThreshold: see watcher.go
-	self    weak.Pointer[Pool[T]] // for the watcher, which holds the pool weakly
+	self weak.Pointer[Pool[T]] // for the keeper and the gauges, which hold the pool weakly
 }
 
-// route is which way a pool's leases and releases go, fixed by New from the
-// options, so that the fast path does no more than the options ask.
-type route struct {
-	lease   leaseWay
-	release releaseWay
-
-	// judged: a lease looks at an idle item before lending it, which may
-	// have expired (IdleTimeout, MaxLifetime) or need a check (Preparer).
-	judged bool
-	// stamped: a release reads the clock, to judge the item's lifetime and
-	// stamp when it went idle (IdleTimeout, MaxLifetime, or a Preparer with
-	// CheckAfterIdle).
-	stamped bool
-	// recorded: each lease records when it began (LeakThreshold or
-	// TrackLeaseSites) and sited, where (TrackLeaseSites): leaks.go.
-	recorded, sited bool
-	// traced: every lease goes through leaseTraced, and every release
-	// through releaseTraced, for Options.Tracer (trace.go).
-	traced bool
-	// edge: traced or recorded; a lease goes through leaseAtEdge.
-	edge bool
+// clock is a pool's clock: nanoseconds since New, monotonic; testClock's
+// when a test set it.
+type clock struct {
+	epoch int64
+	fake  func() int64
 }
 
-// leaseWay is what a lease does with the idle item it takes from its
-// processor's slot.
-type leaseWay uint8
-
-const (
-	// leaseAsIs: the idle item is the lease, as it is (the fast path).
-	leaseAsIs leaseWay = iota
-	// leaseSampled: as leaseAsIs, and one lease in useSampleEvery is
-	// sampled for pool.lease.use_time (a MeterProvider).
-	leaseSampled
-	// leaseJudged: every lease takes the slow path: its item is judged.
-	leaseJudged
-)
-
-// releaseWay is what a release does before the item goes idle.
-type releaseWay uint8
-
-const (
-	// releaseParks: nothing; the item is parked as it is (the fast path).
-	releaseParks releaseWay = iota
-	// releaseAccounts: the lease's end may have something to account for
-	// (a use_time sample, a lease reported as held): one load of
-	// entry.atEnd says.
-	releaseAccounts
-	// releaseSlowly: Reset runs, uses are counted, or the clock is read:
-	// releaseSlow.
-	releaseSlowly
-	// releaseTraced: releaseSlow, and then the Tracer sees the end.
-	releaseTraced
-)
-
-// routeFor is the route of a pool with the options o, with metrics or not.
-func routeFor[T any](o Options[T], withMetrics bool) route {
-	r := route{
-		judged:  o.Preparer != nil || o.IdleTimeout > 0 || o.MaxLifetime > 0,
-		stamped: o.IdleTimeout > 0 || o.MaxLifetime > 0 || o.Preparer != nil && o.CheckAfterIdle > 0,
-		sited:   o.TrackLeaseSites,
-		traced:  o.Tracer != nil,
+func (c *clock) now() int64 {
+	if c.fake != nil {
+		return c.fake()
 	}
-	watched := o.LeakThreshold > 0
-	r.recorded = watched || r.sited
-	r.edge = r.traced || r.recorded
-	switch {
-	case r.judged:
-		r.lease = leaseJudged
-	case withMetrics:
-		r.lease = leaseSampled
-	}
-	r.release = releaseWayFor(r, o.Reset != nil || o.MaxUses > 0, withMetrics || watched)
-	return r
-}
-
-// releaseWayFor is the release way of the route r: slow, that a release
-// runs Reset or counts uses; accounts, that the end of a lease may have
-// something to account for.
-func releaseWayFor(r route, slow, accounts bool) releaseWay {
-	switch {
-	case r.traced:
-		return releaseTraced
-	case r.stamped || slow:
-		return releaseSlowly
-	case accounts:
-		return releaseAccounts
-	}
-	return releaseParks
+	return monotime() - c.epoch
 }
 
 // New returns a pool that creates items with f, configured by opts, after
@@ -227,67 +121,74 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 		opts.Destroy = closeItem[T]
 	}
 	p := &Pool[T]{
-		factory:        f,
-		opts:           opts,
-		nillable:       canBeNil(reflect.TypeFor[T]()),
-		route:          routeFor(opts, m != nil),
-		useSampleBelow: useSampleBelow,
-		epoch:          monotime(),
-		started:        time.Now(),
-		clock:          testClock,
-		m:              m,
-		tasks:          new(tasks),
-		destroys:       &tasks{othersOnly: true},
-		errClosed:      fmt.Errorf("%w: pool %q", ErrClosed, opts.Name),
-		sweepEvery:     sweepPeriod(opts.IdleTimeout, opts.MaxLifetime),
-	}
-	if opts.LeakThreshold > 0 {
-		p.watcher = newWatcher(opts.LeakThreshold)
-	}
-	if opts.MinSize > 0 || opts.MinIdle > 0 || opts.FailFastAfter > 0 {
-		p.asks = make(chan struct{}, 1)
+		opts:      opts,
+		clk:       &clock{epoch: monotime(), fake: testClock},
+		started:   time.Now(),
+		errClosed: fmt.Errorf("%w: pool %q", ErrClosed, opts.Name),
 	}
 	p.self = weak.Make(p)
-	p.leaks = newLeakSink(p)
-	p.g.size, p.g.maxQueued, p.g.maxCreating = opts.MaxSize, opts.MaxQueuedLeases, opts.MaxConcurrentCreates
-	if p.g.maxCreating == 0 {
-		p.g.maxCreating = math.MaxInt
-	}
-	p.g.slots.init()
-	p.setErrExhausted(opts.MaxSize)
-	p.sweepAt.Store(p.sweepEvery)
 	p.done, p.cancel = context.WithCancel(context.Background())
 	// A pool dropped without Close ends, once collected, what waits for
 	// its end: the cleanup holds the cancel function, not the pool.
 	runtime.AddCleanup(p, func(cancel context.CancelFunc) { cancel() }, p.cancel)
+
+	p.ob = observer[T]{
+		name: opts.Name, clk: p.clk, logger: opts.Logger, tracer: opts.Tracer, onLeak: opts.OnLeak,
+		threshold: int64(opts.LeakThreshold), sited: opts.TrackLeaseSites, m: m,
+	}
+	if m != nil {
+		p.ob.sampleBelow = useSampleBelow
+	}
+	wp := p.self
+	p.ob.leaks = newLeakSink(func() bool { return wp.Value() != nil }, p.clk, opts.Name, opts.OnLeak, m)
+	p.g.init(opts)
+	p.ds = destroyer[T]{destroy: opts.Destroy, timeout: opts.DestroyTimeout, name: opts.Name, g: &p.g, ob: &p.ob}
+	p.ex = expiry[T]{
+		idleTimeout: int64(opts.IdleTimeout), lifetime: int64(opts.MaxLifetime), jitter: int64(opts.MaxLifetimeJitter),
+		every: sweepPeriod(opts.IdleTimeout, opts.MaxLifetime), g: &p.g, ds: &p.ds,
+	}
+	if opts.UpkeepInterval > 0 {
+		p.ex.floor = opts.MinSize
+	}
+	p.ex.at.Store(p.ex.every)
+	p.ck = checker[T]{
+		preparer: opts.Preparer, timeout: opts.PreparationTimeout, after: int64(opts.CheckAfterIdle),
+		name: opts.Name, done: p.done, clk: p.clk, ob: &p.ob,
+	}
+	p.kp = newKeeper(p)
+	p.mk = maker[T]{
+		factory: f, name: opts.Name, nillable: canBeNil(reflect.TypeFor[T]()), timeout: opts.CreateTimeout,
+		failAfter: opts.FailFastAfter, done: p.done, errClosed: p.errClosed, clk: p.clk,
+		pool: p, g: &p.g, ob: &p.ob, ds: &p.ds, ex: &p.ex,
+		handOn: p.giveBackToGate, askProbe: func() { p.kp.ask(wantProbe) },
+	}
+	p.slowLease = opts.Tracer != nil || p.ob.recorded() || opts.judges()
+	p.slowRelease = opts.Reset != nil || opts.MaxUses > 0 || opts.stamps() || opts.Tracer != nil || m != nil || opts.LeakThreshold > 0
+	p.setErrExhausted(opts.MaxSize)
 	return p, nil
 }
 
-// start seeds the pool (now, or in the background) and starts its own
-// goroutines: the upkeep, the watcher, and the gauges' callback.
+// start seeds the pool (now, or in the background), starts the keeper when
+// it has work from the start, and registers the gauges' callback.
 func (p *Pool[T]) start(ctx context.Context) error {
 	if !p.opts.SeedInBackground {
-		if err := p.seed(ctx); err != nil {
+		if err := p.mk.seed(ctx, p.opts.MinSize); err != nil {
 			p.cancel()
 			return err
 		}
 	}
-	if p.opts.UpkeepInterval > 0 {
-		p.upkeep = startUpkeep(p)
-	}
-	if p.watcher != nil {
-		p.startWatcher()
+	if p.opts.UpkeepInterval > 0 || p.opts.LeakThreshold > 0 {
+		p.kp.start()
 	}
 	if p.opts.SeedInBackground && p.opts.MinSize > 0 {
-		p.ask(wantSeed)
+		p.kp.ask(wantSeed)
 	}
 	if p.opts.MinIdle > 0 {
-		p.ask(wantSpares)
+		p.kp.ask(wantSpares)
 	}
-	if p.m != nil {
-		// After seeding: the callback reads Stats, and seed fills the idle
-		// queue without the gate's lock.
-		if err := registerGauges(p.m, p.self); err != nil {
+	if p.ob.m != nil {
+		// After seeding: the callback reads Stats.
+		if err := registerGauges(p.ob.m, p.self); err != nil {
 			return errors.Join(err, p.Close())
 		}
 	}
@@ -296,14 +197,6 @@ func (p *Pool[T]) start(ctx context.Context) error {
 
 // Name returns the pool's name, Options.Name or its default.
 func (p *Pool[T]) Name() string { return p.opts.Name }
-
-// now reads the pool's clock: nanoseconds since New, monotonic.
-func (p *Pool[T]) now() int64 {
-	if p.clock != nil {
-		return p.clock()
-	}
-	return monotime() - p.epoch
-}
 
 // Clear retires every item in the pool, as a failover asks: it destroys the
 // idle items now, and every item leased when Clear is called, or being
@@ -319,20 +212,12 @@ func (p *Pool[T]) now() int64 {
 // logged.
 func (p *Pool[T]) Clear() {
 	b := newDestroyBatch(false)
-	es := p.g.clear()
-	for _, e := range es {
-		p.destroyLater(e, reasonClear, b)
+	for _, e := range p.g.clear() {
+		p.ds.taken(e, reasonClear, b)
 	}
-	if len(es) > 0 {
-		p.g.takenOut.Done()
+	if p.opts.MinSize > 0 {
+		p.kp.refill(b.seal())
 	}
-	p.refill(b.seal())
-}
-
-// retired reports whether e was created, or began its creation, before the
-// last Clear: then it is destroyed where it would go idle or be lent.
-func (p *Pool[T]) retired(e *entry[T]) bool {
-	return e.era != p.g.slots.era.Load()
 }
 
 // Close closes the pool: new leases fail with ErrClosed, every waiting
@@ -366,46 +251,94 @@ func (p *Pool[T]) close(ctx context.Context) (err, werr error) {
 		return nil, nil
 	}
 	p.cancel()
-	if p.upkeep != nil {
-		p.upkeep.stop()
-	}
-	p.tasks.stop()
-	werr = p.waitBackground(ctx)
+	// Called from inside the pool's own work (a callback of the keeper, a
+	// creation, a Destroy), Close cannot wait for that work: it waits for
+	// the rest (framesOnStack, paid only here).
+	mine := framesOnStack()
+	werr = p.kp.wait(ctx, mine.keeper > 0)
 	var unreg error
-	if p.m != nil {
-		unreg = p.m.unregister()
+	if p.ob.m != nil {
+		unreg = p.ob.m.unregister()
 	}
-	// Items that a Clear, a shrink or a sweep took out of the idle ring
-	// before the gate closed are on their way to destroyLater, with no
-	// user code in between: once they are there, the wait below sees
-	// their Destroy calls.
-	p.g.takenOut.Wait()
-	derr, werr2 := p.destroyAll(ctx, es, reasonClose)
+	derr, werr2 := p.ds.all(ctx, es, reasonClose)
 	if werr == nil {
 		werr = werr2
 	}
 	if werr == nil {
-		werr = p.destroys.wait(ctx)
+		werr = awaitOr(ctx, p.g.whenSettled(settle{creations: mine.turns, dying: mine.destroys}))
 	}
 	return errors.Join(derr, unreg), werr
 }
 
-// waitBackground waits, after Close, until no callback of the pool's own
-// work (the upkeep, the filler) runs and every creation under way has
-// ended, abandoned ones too, with its item handed on; or until ctx ends.
-// From inside a creation (its factory, its ctx's methods, the Logger) it
-// cannot wait for that one: it waits for the others.
-func (p *Pool[T]) waitBackground(ctx context.Context) error {
-	if p.upkeep != nil {
-		if err := p.upkeep.wait(ctx); err != nil {
-			return err
+// awaitOr waits until done is closed (nil) or ctx ends (ctx.Err()). Done
+// wins when both are ready, not a select's random choice.
+func awaitOr(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done: // both at once: done it is
+			return nil
+		default:
+			return ctx.Err()
 		}
 	}
-	if err := p.tasks.wait(ctx); err != nil {
-		return err
-	}
-	return awaitOr(ctx, p.g.whenSettled(turnsOnStack()))
 }
+
+// onStack counts, on a goroutine's stack, the frames of the functions that
+// run the pool's own work and call user code from it: those holding a turn
+// to create, those running a Destroy, and the keeper's.
+type onStack struct{ turns, destroys, keeper int }
+
+// framesOnStack walks the caller's stack. A frame names the pool's type,
+// not the pool: a Close of one pool from inside another's work waits for
+// one piece of work fewer.
+func framesOnStack() (n onStack) {
+	pcs := make([]uintptr, 64)
+	k := runtime.Callers(2, pcs)
+	for k == len(pcs) {
+		pcs = make([]uintptr, 2*len(pcs))
+		k = runtime.Callers(2, pcs)
+	}
+	frames := runtime.CallersFrames(pcs[:k])
+	for more := true; more; {
+		var f runtime.Frame
+		f, more = frames.Next()
+		switch workFrames[f.Function] {
+		case workTurn:
+			n.turns++
+		case workDestroy:
+			n.destroys++
+		case workKeeper:
+			n.keeper++
+		}
+	}
+	return n
+}
+
+type work uint8
+
+const (
+	workNone work = iota
+	workTurn
+	workDestroy
+	workKeeper
+)
+
+// workFrames names the frames framesOnStack counts, as the runtime names
+// them for every T.
+var workFrames = func() map[string]work {
+	pkg := reflect.TypeFor[Pool[int]]().PkgPath() + ".(*"
+	return map[string]work{
+		pkg + "maker[...]).create":       workTurn,
+		pkg + "maker[...]).createAsync":  workTurn,
+		pkg + "maker[...]).createIdle":   workTurn,
+		pkg + "destroyer[...]).run":      workDestroy,
+		pkg + "keeper[...]).run":         workKeeper,
+		pkg + "keeper[...]).apart.func1": workKeeper,
+	}
+}()
 
 // Shutdown closes the pool as Close does, then waits until every lease has
 // ended, every creation has finished, every Destroy has returned (or
@@ -427,10 +360,7 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 	if werr != nil {
 		return errors.Join(err, werr)
 	}
-	if werr := p.waitBackground(ctx); werr != nil {
-		return errors.Join(err, werr)
-	}
-	if werr := awaitOr(ctx, p.g.whenSettled(-1)); werr != nil {
+	if werr := awaitOr(ctx, p.g.whenSettled(settle{all: true})); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return err
@@ -459,10 +389,7 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 		return p.errClosed
 	}
 	for _, e := range excess {
-		p.destroyLater(e, reasonResize, nil)
-	}
-	if len(excess) > 0 {
-		p.g.takenOut.Done()
+		p.ds.taken(e, reasonResize, nil)
 	}
 	return nil
 }

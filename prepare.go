@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Preparer checks an item's readiness when it is leased and restores it when
@@ -46,66 +47,70 @@ func (f CheckFunc[T]) Prepare(ctx context.Context, item T) error {
 	return err
 }
 
-// prepareFresh prepares an item not yet leased, held meanwhile (holders.go).
-func (p *Pool[T]) prepareFresh(ctx context.Context, e *entry[T]) error {
-	e.flipBusy()
-	if err := p.prepare(ctx, e); err != nil {
-		return err // destroyed by the caller: no longer registered
-	}
-	e.flipBusy()
-	return nil
+// checker runs the Preparer: on a lease, on every fresh item and on an
+// idle one due a check; in the upkeep, on the idle items due one.
+type checker[T any] struct {
+	preparer Preparer[T]
+	timeout  time.Duration // PreparationTimeout
+	after    int64         // CheckAfterIdle, in the clock's nanoseconds
+	name     string
+	done     context.Context // Close's: ends the upkeep's checks
+	clk      *clock
+	ob       *observer[T]
 }
 
-// prepare runs IsReady and, if not ready, Prepare, within PreparationTimeout
+// checksIdle says whether the upkeep checks idle items: CheckAfterIdle.
+func (c *checker[T]) checksIdle() bool { return c.preparer != nil && c.after > 0 }
+
+// due says whether the Preparer must see an idle item: one it never
+// accepted, or one idle CheckAfterIdle since its release or last check.
+func (c *checker[T]) due(e *entry[T], now int64) bool {
+	return c.preparer != nil && (!e.checked || c.after == 0 || now-max(e.idleAt, e.checkedAt) >= c.after)
+}
+
+// check runs IsReady and, if not ready, Prepare, within PreparationTimeout
 // and ctx (the caller's on a lease, the pool's in the upkeep). Its caller
 // holds e's permit, with e out of the idle ring: one call sees e at a time.
-func (p *Pool[T]) prepare(ctx context.Context, e *entry[T]) error {
-	if p.m != nil {
-		start := p.now()
-		defer func() { p.m.prepTime.Record(ctx, seconds(p.now()-start), p.m.rec...) }()
-	}
-	pctx, limit := ctx, p.opts.PreparationTimeout
-	var start int64
+func (c *checker[T]) check(ctx context.Context, e *entry[T]) (err error) {
+	start := c.ob.stamp()
+	defer func() {
+		// An upkeep check that Close cut short says nothing about the item;
+		// a lease's counts whatever ended it.
+		c.ob.checked(ctx, start, err != nil && (ctx != c.done || c.done.Err() == nil))
+	}()
+	pctx, limit := ctx, c.timeout
+	var began int64
 	if limit > 0 {
 		var cancel context.CancelFunc
 		pctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
-		start = monotime()
+		began = monotime()
 	}
-	ready, err := p.opts.Preparer.IsReady(pctx, e.value)
+	ready, err := c.preparer.IsReady(pctx, e.value)
 	if err == nil && !ready {
-		err = p.opts.Preparer.Prepare(pctx, e.value)
+		err = c.preparer.Prepare(pctx, e.value)
 	}
 	// Read the clock: a Preparer that ignored its ctx may report success
 	// after the timeout but before pctx's timer has run.
-	timedOut := limit > 0 && ctx.Err() == nil && (pctx.Err() != nil || monotime()-start >= int64(limit))
+	timedOut := limit > 0 && ctx.Err() == nil && (pctx.Err() != nil || monotime()-began >= int64(limit))
 	if err == nil && timedOut {
 		err = context.DeadlineExceeded
 	}
 	if err != nil {
-		return p.prepareFailed(ctx, err, timedOut)
+		return c.failed(ctx, err, timedOut)
 	}
 	e.checked = true
 	return nil
 }
 
-// prepareFailed counts a failed check under ctx and returns its error,
-// wrapped: ErrPreparationTimeout when it timed out, and neither ctx
-// sentinel unless the caller's ctx ended (ownCtxErr).
-func (p *Pool[T]) prepareFailed(ctx context.Context, err error, timedOut bool) error {
-	// An upkeep check that Close cut short says nothing about the item;
-	// a lease's counts whatever ended it.
-	if ctx != p.done || p.done.Err() == nil {
-		p.c.prepareFail.Add(1)
-		if p.m != nil {
-			p.m.prepErrors.Add(ctx, 1, p.m.add...)
-		}
-	}
+// failed wraps a failed check's error: ErrPreparationTimeout when it timed
+// out, and neither ctx sentinel unless the caller's ctx ended (ownCtxErr).
+func (c *checker[T]) failed(ctx context.Context, err error, timedOut bool) error {
 	if ctx.Err() == nil {
 		err = ownCtxErr(err) // PreparationTimeout's, or the Preparer's own: not the caller's ctx
 	}
 	if timedOut {
-		return fmt.Errorf("pool %q: prepare item: %w after %v: %w", p.opts.Name, ErrPreparationTimeout, p.opts.PreparationTimeout, err)
+		return fmt.Errorf("pool %q: prepare item: %w after %v: %w", c.name, ErrPreparationTimeout, c.timeout, err)
 	}
-	return fmt.Errorf("pool %q: prepare item: %w", p.opts.Name, err)
+	return fmt.Errorf("pool %q: prepare item: %w", c.name, err)
 }

@@ -7,23 +7,14 @@ import "fmt"
 // Before that, the lease's end is accounted for (leaseEnded), once.
 
 // release takes back a Released item. The fast path parks it as it is;
-// Reset, the clock and retired items are out of line.
+// the rest (slowRelease) is out of line, and so are retired items.
 func (p *Pool[T]) release(e *entry[T]) {
-	if p.retired(e) {
-		p.releaseRetired(e)
-		return
-	}
-	switch p.route.release {
-	case releaseParks:
-	case releaseAccounts:
-		if e.atEnd.Load() != 0 {
-			p.leaseEnded(e)
-		}
-	case releaseSlowly:
+	if p.slowRelease {
 		p.releaseSlow(e)
 		return
-	default:
-		p.releaseTraced(e)
+	}
+	if p.g.retired(e) {
+		p.end(e, reasonClear, "release")
 		return
 	}
 	// slots.park, written out: docs/DESIGN.md, "Take and park, written out".
@@ -37,80 +28,57 @@ func (p *Pool[T]) release(e *entry[T]) {
 	p.giveBackToGate(e)
 }
 
-// releaseTraced is release with a Tracer, which sees the end once the item
-// is given back (also when Reset or Destroy panics).
-func (p *Pool[T]) releaseTraced(e *entry[T]) {
-	defer p.released(p.endTrace(e), "release")
-	p.releaseSlow(e)
-}
-
-// releaseSlow is release in a pool with Reset or MaxUses, or one that
-// stamps releases.
+// releaseSlow is release in a pool with Reset or MaxUses, one that stamps
+// releases, or one whose lease ends have something to account for or to
+// tell the Tracer, which sees the end once the item is given back (also
+// when Reset or Destroy panics).
 func (p *Pool[T]) releaseSlow(e *entry[T]) {
-	if e.atEnd.Load() != 0 {
-		p.leaseEnded(e) // the lease ended with Release, before Reset
+	if p.g.retired(e) {
+		p.end(e, reasonClear, "release")
+		return
 	}
-	if p.usedUp(e) {
-		p.destroyLater(e, reasonUses, nil)
+	defer p.ob.released(p.ob.endTrace(e), "release")
+	p.ob.leaseEnded(e) // the lease ended with Release, before Reset
+	if p.opts.MaxUses > 0 && e.gen.Load() >= uint64(p.opts.MaxUses) {
+		p.ds.later(e, reasonUses, nil) // its MaxUses-th lease: gen counts the ended leases
 		return
 	}
 	if p.opts.Reset != nil && !p.reset(e) {
 		return
 	}
-	if !p.route.stamped {
+	if !p.opts.stamps() {
 		p.giveBack(e)
 		return
 	}
-	now := p.now()
-	if p.claimSweep(now) {
-		p.destroyExpired(now)
+	now := p.clk.now()
+	p.ex.sweepIfDue(now)
+	if now > e.deadline {
+		p.ds.later(e, reasonLifetime, nil)
+		return
 	}
-	p.releaseAt(e, now)
+	e.idleAt = now
+	p.giveBack(e)
 }
 
-// leaseEnded accounts, once and before the item goes anywhere, for the end
-// of e's lease (gen has moved on): a sampled use_time, a reported holder.
-func (p *Pool[T]) leaseEnded(e *entry[T]) {
-	w := e.atEnd.Load()
-	if w&atEndSampled != 0 {
-		p.recordUse(e)
-	}
-	if w&atEndReported != 0 {
-		e.atEnd.And(^uint32(atEndReported))
-		gen := e.gen.Load() - 1
-		at, _ := e.rec.startOf(gen)
-		p.reportedEnded(e, gen, at)
-	}
-}
-
-// releaseRetired destroys a Released item that a Clear retired.
-func (p *Pool[T]) releaseRetired(e *entry[T]) {
-	defer p.released(p.endTrace(e), "release")
-	p.leaseEnded(e)
-	p.destroyLater(e, reasonClear, nil)
-}
-
-// discard destroys the item of a lease that Discard ended.
-func (p *Pool[T]) discard(e *entry[T]) {
-	defer p.released(p.endTrace(e), "discard")
-	p.leaseEnded(e)
-	p.destroyLater(e, reasonDiscard, nil)
+// end destroys the item of a lease that ended for why (a Discard, or a
+// Release of an item a Clear retired), telling the Tracer how.
+func (p *Pool[T]) end(e *entry[T], why reason, how string) {
+	defer p.ob.released(p.ob.endTrace(e), how)
+	p.ob.leaseEnded(e)
+	p.ds.later(e, why, nil)
 }
 
 // detach takes e out of the pool. Released runs first: if it panics or
 // calls runtime.Goexit, Detach never returns the item, so the pool, still
 // holding it and its permit, destroys it.
 func (p *Pool[T]) detach(e *entry[T]) T {
-	p.leaseEnded(e)
-	e.cleanup.Stop() // the entry is garbage from now on, not a leak
-	p.reg.remove(e)
-	if t := p.endTrace(e); t.ctx != nil {
+	p.ob.leaseEnded(e)
+	p.ob.forget(e) // the entry is garbage from now on, not a leak
+	if t := p.ob.endTrace(e); t.ctx != nil {
 		p.releasedOrDestroy(e, t)
 	}
 	v := e.value
-	p.c.mu.Lock()
-	p.c.detached++
-	p.c.mu.Unlock()
+	p.ob.detached()
 	p.g.free()
 	return v
 }
@@ -121,10 +89,10 @@ func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
 	returned := false
 	defer func() {
 		if !returned {
-			p.destroyLater(e, reasonDiscard, nil)
+			p.ds.later(e, reasonDiscard, nil)
 		}
 	}()
-	p.released(t, "detach")
+	p.ob.released(t, "detach")
 	returned = true
 }
 
@@ -133,31 +101,21 @@ func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
 func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 	defer func() {
 		if !ok {
-			p.destroyLater(e, reasonReset, nil)
+			p.ds.later(e, reasonReset, nil)
 		}
 	}()
 	if err := p.opts.Reset(e.value); err != nil {
-		p.warn("reset item; destroying it", fmt.Errorf("pool %q: reset item: %w", p.opts.Name, err))
+		p.ob.warn("reset item; destroying it", fmt.Errorf("pool %q: reset item: %w", p.opts.Name, err))
 		return false
 	}
 	return true
 }
 
-// releaseAt destroys e past its lifetime, else gives it back idle since now.
-func (p *Pool[T]) releaseAt(e *entry[T], now int64) {
-	if now > e.deadline {
-		p.destroyLater(e, reasonLifetime, nil)
-		return
-	}
-	e.idleAt = now
-	p.giveBack(e)
-}
-
 // giveBack makes e, whose permit the caller holds, idle: in this processor's
 // slot when nobody waits, else through the gate; if retired, it destroys e.
 func (p *Pool[T]) giveBack(e *entry[T]) {
-	if p.retired(e) {
-		p.destroyLater(e, reasonClear, nil)
+	if p.g.retired(e) {
+		p.ds.later(e, reasonClear, nil)
 		return
 	}
 	if !p.g.slots.park(e) {
@@ -170,25 +128,11 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 // does not yield: the woken lease runs when this goroutine next blocks,
 // ends or comes back to the gate (gate.stepAside).
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
-	if p.retired(e) {
-		p.destroyLater(e, reasonClear, nil)
+	if p.g.retired(e) {
+		p.ds.later(e, reasonClear, nil)
 		return
 	}
 	if !p.g.giveBack(e) {
-		p.destroyLater(e, p.refusedWhy(), nil)
+		p.ds.later(e, p.g.refusedWhy(), nil)
 	}
-}
-
-// refusedWhy is why the gate refused an item: Close, or a SetMaxSize shrink.
-func (p *Pool[T]) refusedWhy() reason {
-	if p.g.isClosed() {
-		return reasonClose
-	}
-	return reasonResize
-}
-
-// usedUp reports whether e's lease, just ended, was its MaxUses-th: gen
-// counts the ended leases.
-func (p *Pool[T]) usedUp(e *entry[T]) bool {
-	return p.opts.MaxUses > 0 && e.gen.Load() >= uint64(p.opts.MaxUses)
 }

@@ -109,14 +109,6 @@ func (r *slots[T]) init() {
 	r.mask = n - 1
 }
 
-// mine returns the calling processor's slot; migrating after costs only
-// locality.
-func (r *slots[T]) mine() *slot[T] {
-	s := &r.s[procPin()&r.mask]
-	procUnpin()
-	return s
-}
-
 // countLease counts a lease on pinned processor pid and returns the prior
 // count, for sampledForUse. When pinning, a slot's counter is written only
 // by its own pinned processor, so a plain load and store cannot race.
@@ -155,8 +147,20 @@ func (r *slots[T]) countWait(waited int64) {
 	}
 }
 
-// take is written out in Pool.lease, and park's fast path in Pool.release
-// (docs/DESIGN.md, "Take and park, written out").
+// take takes the entry parked in this processor's slot, with its permit,
+// or returns nil; the fast path has it written out in Pool.lease, as
+// Pool.release has park's (docs/DESIGN.md, "Take and park, written out").
+func (r *slots[T]) take() *entry[T] {
+	if r.bypass.Load() {
+		return nil
+	}
+	s := &r.s[procPin()&r.mask]
+	procUnpin()
+	if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
+		return e
+	}
+	return nil
+}
 
 // park parks e, whose permit the caller holds, in its processor's slot. On
 // false (slot full or bypass set) e and its permit stay with the caller.

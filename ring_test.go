@@ -94,7 +94,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 	t.Run("parked between the lease's look and its queueing", func(t *testing.T) {
 		g, e := rgGate()
 		w := newWaiter()
-		s := g.slots.mine()
+		s := rgMine(&g.slots)
 		g.lock()
 		_, ok := g.acquireLocked() // the lease looks: no permit, nothing idle
 		require.False(t, ok)
@@ -117,7 +117,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		g.enqueueLocked(w) // the lease queues; bypass comes on
 		g.unlock()
 		require.True(t, g.slots.bypass.Load())
-		s := g.slots.mine()
+		s := rgMine(&g.slots)
 		require.True(t, s.e.CompareAndSwap(nil, e)) // the release had looked before
 		require.False(t, g.slots.confirm(s, e), "the release sees bypass and takes its item back")
 		assert.Nil(t, s.e.Load())
@@ -263,7 +263,7 @@ func TestRingFastPathReadsNoClock(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p, _ := newTracked(t, tt.opts)
 			var reads atomic.Int64
-			p.clock = func() int64 { reads.Add(1); return 0 }
+			p.clk.fake = func() int64 { reads.Add(1); return 0 }
 			for range 100 {
 				mustLease(t, p).Release()
 			}
@@ -311,4 +311,12 @@ func TestRingLeaseCountExactWhenProcessorsOutnumberSlots(t *testing.T) {
 	assert.Equal(t, waits.Load(), s.Waits)
 	assert.NotZero(t, s.Waits, "no lease waited: the test checks nothing about Waits")
 	assert.Positive(t, s.WaitTime)
+}
+
+// rgMine returns the calling processor's slot; migrating after costs only
+// locality.
+func rgMine[T any](r *slots[T]) *slot[T] {
+	s := &r.s[procPin()&r.mask]
+	procUnpin()
+	return s
 }

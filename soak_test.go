@@ -226,7 +226,7 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		// as a failed preparation, which verify's count would have to know.
 		// Not from Destroy either: it runs on the pool's Destroy tasks, not
 		// in the upkeep's round.
-		if h == onCreate && ftOnStack(").runRound") && s.closeInUpkeep.CompareAndSwap(true, false) {
+		if h == onCreate && ftOnStack(").upkeepRound") && s.closeInUpkeep.CompareAndSwap(true, false) {
 			err := s.p.Close() // from inside the upkeep's own callback: it must return
 			s.closeReturned.Store(true)
 			s.closedInUpkeep <- err
@@ -234,7 +234,7 @@ func skStart(t *testing.T, cfg skConfig) *skRun {
 		switch {
 		case h == onDestroy && !ftInDestroyTask():
 			s.violate("Destroy ran on a caller's goroutine, not on one of the pool's own")
-		case h == onCreate && ftOnStack(").sparesRound"):
+		case h == onCreate && ftOnStack(").spares"):
 			s.c.spareCreates.Add(1)
 		}
 		k := f.roll(h)

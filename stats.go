@@ -110,21 +110,40 @@ func (p *Pool[T]) Stats() Stats {
 		Leases:         sums.leases,
 		Waits:          sums.waits,
 		WaitTime:       time.Duration(sums.waitTime),
-		Timeouts:       p.c.timeouts.Load(),
-		Canceled:       p.c.canceled.Load(),
-		Refused:        p.c.refused.Load(),
 		Creating:       creating,
 		Destroying:     dying,
-		PrepareFailed:  p.c.prepareFail.Load(),
-		CreateErrors:   p.c.createFails.Load(),
-		Leaked:         p.leaks.leaked.Load(),
-		LongLeases:     p.c.longLeases.Load(),
-		BackendDown:    p.g.down.Load(),
+		BackendDown:    p.g.isDown(),
 	}
-	p.c.mu.Lock()
-	s.Created, s.Destroyed, s.Detached = p.c.created, p.c.destroyed, p.c.detached
-	s.IdleExpired, s.LifetimeExpired, s.DestroyErrors = p.c.idleExpired, p.c.lifetimeExpired, p.c.destroyFails
-	s.UsesExpired = p.c.usesExpired
-	p.c.mu.Unlock()
+	p.ob.stats(&s)
 	return s
 }
+
+// stats fills in the figures the observer counts.
+func (o *observer[T]) stats(s *Stats) {
+	c := &o.c
+	s.Timeouts, s.Canceled, s.Refused = c.timeouts.Load(), c.canceled.Load(), c.refused.Load()
+	s.PrepareFailed, s.CreateErrors = c.prepareFail.Load(), c.createFails.Load()
+	s.Leaked, s.LongLeases = o.leaks.leaked.Load(), c.longLeases.Load()
+	c.mu.Lock()
+	s.Created, s.Destroyed, s.Detached = c.created, c.destroyed, c.detached
+	s.IdleExpired, s.LifetimeExpired, s.DestroyErrors = c.idleExpired, c.lifetimeExpired, c.destroyFails
+	s.UsesExpired = c.usesExpired
+	c.mu.Unlock()
+}
+
+// Outstanding returns the leases out now, oldest first, with how long each
+// has been out and, with Options.TrackLeaseSites, where it was taken. It
+// lists only recorded leases: with Options.LeakThreshold or
+// TrackLeaseSites set, each lease records its start; without either it
+// returns nil, and Stats.ActiveLeases gives the count. Items being
+// created, checked or destroyed are not leases, and neither is an item
+// between two leases (one a Lease call is checking, or a Release call
+// resetting). Its length never exceeds the number of leases out at one
+// instant of the call, so it stays within MaxSize but for a while after
+// SetMaxSize shrank it, until the leases beyond the new MaxSize have
+// ended. It is the tool behind "look for slow or leaked leases" when
+// ErrLeaseTimeout appears, safe to call from a debug handler under load:
+// it costs the leases nothing. A lease leaked and found by the garbage
+// collector is listed until then, and no longer after. See "When leases
+// time out" in the package documentation.
+func (p *Pool[T]) Outstanding() []LeaseInfo { return p.ob.outstanding() }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -329,7 +331,7 @@ func recvOrFail[V any](t *testing.T, ch <-chan V, what string) V {
 // setFakeClock installs a fake clock; call it right after New.
 func setFakeClock(p *Pool[*conn]) *fakeClock {
 	clk := &fakeClock{}
-	p.clock = clk.now
+	p.clk.fake = clk.now
 	return clk
 }
 
@@ -517,20 +519,30 @@ func awaitDestroys[T any](t testing.TB, p *Pool[T]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	require.NoError(t, p.destroys.wait(ctx), "the Destroy calls to end")
+	for p.Stats().Destroying > 0 {
+		require.NoError(t, ctx.Err(), "the Destroy calls to end")
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // awaitBackground waits until the pool's background creations (Clear's
-// refill, the seeding) have ended: nothing is asked of the filler (an ask
-// is cleared when its round starts, on a task) and no task runs.
+// refill, the seeding) have ended: nothing is asked of the keeper (an ask
+// is cleared when its turn starts) and no turn runs.
 func awaitBackground[T any](t testing.TB, p *Pool[T]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	for p.wants.Load() != 0 && p.done.Err() == nil && ctx.Err() == nil {
+	for p.done.Err() == nil {
+		if p.kp.wants.Load() == 0 {
+			p.kp.turn.Lock() // a turn under way ends
+			p.kp.turn.Unlock()
+			if p.kp.wants.Load() == 0 {
+				return
+			}
+		}
+		require.NoError(t, ctx.Err(), "the background creations to end")
 		time.Sleep(100 * time.Microsecond)
 	}
-	require.NoError(t, p.tasks.wait(ctx), "the background creations to end")
 }
 
 // hdHold leases from p: the function the reports and Outstanding must name.
@@ -553,4 +565,17 @@ func hdEventually(t *testing.T, cond func() bool, msg string, args ...any) {
 func creatingNow[T any](p *Pool[T]) int {
 	_, _, creating, _ := p.g.queueAndSize()
 	return creating
+}
+
+// goroutineID parses the caller's id from its stack trace (0 if it cannot).
+func goroutineID() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b, ok := bytes.CutPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); ok && i > 0 {
+		if id, err := strconv.ParseUint(string(b[:i]), 10, 64); err == nil {
+			return id
+		}
+	}
+	return 0
 }

@@ -100,23 +100,23 @@ const (
 )
 
 // leaseAtEdge runs, leakSiteSkip frames below the caller of Lease, TryLease
-// or Do, a lease traced or recorded (LeakThreshold, TrackLeaseSites).
+// or Do, the lease of a slowLease pool: traced, recorded, or judged.
 func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
-	if p.route.traced {
+	if p.ob.tracer != nil {
 		l, err = p.leaseTraced(ctx, wait)
 	} else {
-		l, err = p.lease(ctx, wait, &leaseTimes{})
+		l, err = p.leaseVia(ctx, wait, &leaseTimes{})
 	}
-	if p.route.recorded && err == nil {
-		p.record(l)
+	if err == nil && p.ob.recorded() {
+		p.ob.record(l)
 	}
 	return l, err
 }
 
-// leaseTraced is lease between LeaseStart and LeaseEnd, which runs also
-// when user code panics (the panic goes on).
+// leaseTraced is the lease between LeaseStart and LeaseEnd, which runs
+// also when user code panics (the panic goes on).
 func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
-	tr := p.opts.Tracer
+	tr := p.ob.tracer
 	if c := tr.LeaseStart(ctx, p.opts.Name); c != nil {
 		ctx = c
 	}
@@ -131,7 +131,7 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 			l.Release()
 		}
 	}()
-	l, err = p.lease(ctx, wait, &tm)
+	l, err = p.leaseVia(ctx, wait, &tm)
 	t := LeaseTrace{Pool: p.opts.Name, Err: err, Wait: tm.wait, Create: tm.create, Prepare: tm.prepare}
 	if err != nil {
 		step = stepDone
@@ -144,7 +144,7 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 	step = stepReporting
 	tr.LeaseEnd(ctx, t)
 	step = stepDone
-	st.at = p.now() // the lease's return, from which Held counts
+	st.at = p.clk.now() // the lease's return, from which Held counts
 	return l, nil
 }
 
@@ -153,37 +153,4 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 type tracedEnd struct {
 	ctx  context.Context // nil: nothing to report
 	held time.Duration
-}
-
-// endTrace reads e's traced lease as it ends; zero without a Tracer.
-func (p *Pool[T]) endTrace(e *entry[T]) tracedEnd {
-	if !p.route.traced || e.trace.ctx == nil {
-		return tracedEnd{}
-	}
-	st := e.trace
-	t := tracedEnd{ctx: st.ctx, held: time.Duration(max(p.now()-st.at, 0))}
-	st.ctx = nil
-	return t
-}
-
-// released reports a traced lease's end, once the item has been given back.
-func (p *Pool[T]) released(t tracedEnd, how string) {
-	if t.ctx != nil {
-		p.opts.Tracer.Released(t.ctx, ReleaseTrace{Pool: p.opts.Name, Held: t.held, How: how})
-	}
-}
-
-// startTimer reads the clock for a traced lease's step; 0 if not traced.
-func (p *Pool[T]) startTimer(lt *leaseTimes) int64 {
-	if !lt.traced {
-		return 0
-	}
-	return p.now()
-}
-
-// stopTimer adds to d the time since start, lt's startTimer, when traced.
-func (p *Pool[T]) stopTimer(lt *leaseTimes, start int64, d *time.Duration) {
-	if lt.traced {
-		*d += time.Duration(max(p.now()-start, 0))
-	}
 }

@@ -906,7 +906,7 @@ func TestTracerTypedNilIsNil(t *testing.T) {
 	var rec *trRecorder // a call of one of its methods would panic
 	p, _ := newTracked(t, Options[*conn]{Tracer: rec})
 	assert.Nil(t, p.opts.Tracer)
-	assert.False(t, p.route.traced)
+	assert.False(t, p.ob.tracer != nil)
 	l := mustLease(t, p)
 	assert.Nil(t, l.e.trace)
 	l.Release()

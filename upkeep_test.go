@@ -20,7 +20,7 @@ func TestUpkeepDestroysExpiredIdleItemsWithoutALease(t *testing.T) {
 	p, tr, clk := upkeptPool(t, Options[*conn]{MaxSize: 8, IdleTimeout: time.Minute})
 	putIdle(t, p, 5)
 	clk.advance(minutes(2))
-	require.True(t, p.upkeepRound())
+	require.True(t, p.kp.upkeepRound(p))
 	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 5, s.IdleExpired)
@@ -33,7 +33,7 @@ func TestUpkeepKeepsMinSizeThroughIdleExpiry(t *testing.T) {
 	p, tr, clk := upkeptPool(t, Options[*conn]{MinSize: 2, MaxSize: 8, IdleTimeout: time.Minute})
 	putIdle(t, p, 5)
 	clk.advance(minutes(2))
-	require.True(t, p.upkeepRound())
+	require.True(t, p.kp.upkeepRound(p))
 	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 3, s.IdleExpired, "idle expiry stops at MinSize")
@@ -45,7 +45,7 @@ func TestUpkeepReplacesItemsPastTheirLifetime(t *testing.T) {
 	p, tr, clk := upkeptPool(t, Options[*conn]{MinSize: 2, MaxSize: 8, MaxLifetime: time.Minute})
 	old := putIdle(t, p, 2)
 	clk.advance(minutes(2))
-	require.True(t, p.upkeepRound())
+	require.True(t, p.kp.upkeepRound(p))
 	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 2, s.LifetimeExpired, "MaxLifetime applies below MinSize too")
@@ -69,12 +69,12 @@ func TestUpkeepChecksIdleItemsBeforeALeaseMeetsThem(t *testing.T) {
 	}, nil)
 	checksBefore, _ := prep.seen()
 
-	require.True(t, p.upkeepRound())
+	require.True(t, p.kp.upkeepRound(p))
 	checks, _ := prep.seen()
 	assert.Empty(t, checks[len(checksBefore):], "nothing is due before CheckAfterIdle")
 
 	clk.advance(minutes(2))
-	require.True(t, p.upkeepRound())
+	require.True(t, p.kp.upkeepRound(p))
 	checks, _ = prep.seen()
 	assert.ElementsMatch(t, []int{cs[0].id, cs[1].id, cs[2].id}, checks[len(checksBefore):], "each idle item checked once")
 	awaitDestroys(t, p)
@@ -105,7 +105,7 @@ func TestUpkeepNeverLendsAnItemMidCheck(t *testing.T) {
 		return true, nil
 	}, nil)
 	roundDone := make(chan bool)
-	go func() { roundDone <- p.upkeepRound() }()
+	go func() { roundDone <- p.kp.upkeepRound(p) }()
 	recvOrFail(t, inCheck, "the upkeep's check")
 
 	// The only item is under check: a lease must wait for it.
@@ -134,7 +134,7 @@ func TestUpkeepLogsADestroyPanic(t *testing.T) {
 	putIdle(t, p, 2)
 	prep.set(func(context.Context, *conn) (bool, error) { return false, errBoom }, nil)
 	clk.advance(minutes(2))
-	require.NotPanics(t, func() { assert.True(t, p.upkeepRound()) })
+	require.NotPanics(t, func() { assert.True(t, p.kp.upkeepRound(p)) })
 	awaitDestroys(t, p)
 	s := p.Stats()
 	assert.EqualValues(t, 2, s.PrepareFailed, "the round went on to the second item")
@@ -148,22 +148,22 @@ func TestUpkeepCreatesUpToMinSizeAndBacksOff(t *testing.T) {
 	p, tr, _ := upkeptPool(t, Options[*conn]{MinSize: 0, MaxSize: 3, Logger: log.logger()})
 	p.opts.MinSize = 3 // as if New had seeded nothing: the floor is the upkeep's to keep
 	tr.setFail(errBoom)
-	assert.False(t, p.upkeepRound(), "a failed creation reports the round failed")
+	assert.False(t, p.kp.upkeepRound(p), "a failed creation reports the round failed")
 	assert.Contains(t, log.String(), `msg="pool: upkeep: create item" pool.name=conn.Pool err="create item: boom"`)
 	assert.Zero(t, p.Stats().ActiveLeases, "the failed creation gave its room back")
 
 	tr.setFail(nil)
-	assert.True(t, p.upkeepRound())
+	assert.True(t, p.kp.upkeepRound(p))
 	s := p.Stats()
 	assert.Equal(t, 3, s.ItemsAvailable, "MinSize items exist")
-	assert.True(t, p.upkeepRound())
+	assert.True(t, p.kp.upkeepRound(p))
 	assert.EqualValues(t, 3, tr.created.Load(), "never past MinSize")
 
 	iv := time.Second
 	var seq []time.Duration
 	var b time.Duration
 	for range 7 {
-		b = upkeepBackoff(b, iv)
+		b = backoff(b, iv)
 		seq = append(seq, b)
 	}
 	assert.Equal(t, []time.Duration{iv / 16, iv / 8, iv / 4, iv / 2, iv, iv, iv}, seq, "retries double up to UpkeepInterval")
@@ -173,7 +173,7 @@ func TestUpkeepCreatesNothingPastMaxSize(t *testing.T) {
 	p, tr, _ := upkeptPool(t, Options[*conn]{MinSize: 0, MaxSize: 2})
 	p.opts.MinSize = 2
 	held := []Lease[*conn]{mustLease(t, p), mustLease(t, p)}
-	assert.True(t, p.upkeepRound())
+	assert.True(t, p.kp.upkeepRound(p))
 	assert.EqualValues(t, 2, tr.created.Load(), "MaxSize items are leased: no room for more")
 	for _, l := range held {
 		l.Release()
@@ -276,7 +276,7 @@ func TestShutdownCtxBoundsTheWaitForTheUpkeep(t *testing.T) {
 		returned = false
 	}
 	close(unblock)
-	recvOrFail(t, p.upkeep.done, "the upkeep to stop once its factory returns")
+	recvOrFail(t, p.kp.stopped, "the upkeep to stop once its factory returns")
 	if !returned {
 		recvOrFail(t, done, "Shutdown to return")
 	}
@@ -378,7 +378,7 @@ func TestPoolCallsFromAnUpkeepCallbackReturn(t *testing.T) {
 				}
 				assert.NoError(t, recvOrFail(t, returned, name+" called from the upkeep's callback to return"))
 				assert.NoError(t, p.Close())
-				recvOrFail(t, p.upkeep.done, "the upkeep to stop")
+				recvOrFail(t, p.kp.stopped, "the upkeep to stop")
 				awaitDestroys(t, p) // of the item the factory that called Close made
 				assert.Zero(t, tr.live.Load(), "every item destroyed")
 			})

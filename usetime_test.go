@@ -127,11 +127,11 @@ func utCompare(t *testing.T, truth, got []float64) {
 }
 
 // utSampleOneIn makes p, a pool with metrics, sample one lease in n per
-// processor, by the rule it samples by (sampledForUse) with another
+// processor, by the rule it samples by (observer.sampled) with another
 // threshold: so that a test through the pool gets a sample large enough
 // for its quantiles in a run short enough for -race.
 func utSampleOneIn(p *Pool[*conn], n uint64) {
-	p.useSampleBelow = math.MaxUint64/n + 1
+	p.ob.sampleBelow = math.MaxUint64/n + 1
 }
 
 // TestUseTimeSampleHasTheLeasesQuantiles leases sequentially, with hold
@@ -174,7 +174,7 @@ func TestUseTimeSampleHasTheLeasesQuantiles(t *testing.T) {
 
 // TestUseTimeSampleRateHasTheLeasesQuantiles is the test above at the rate
 // the pool samples at, one lease in useSampleEvery per processor, by the
-// pool's own rule (sampledForUse on each processor's count of leases),
+// pool's own rule (observer.sampled on each processor's count of leases),
 // over sixteen times the leases of the test above (2²⁴ for the random
 // distributions, a sample of 32768): as many as a pool makes in minutes
 // under load, more than -race lets a test make through the pool. The true
@@ -182,7 +182,7 @@ func TestUseTimeSampleHasTheLeasesQuantiles(t *testing.T) {
 // times need no sort.
 func TestUseTimeSampleRateHasTheLeasesQuantiles(t *testing.T) {
 	const procs = 2
-	p := &Pool[*conn]{useSampleBelow: useSampleBelow} // the rule as New sets it
+	o := &observer[*conn]{sampleBelow: useSampleBelow} // the rule as New sets it
 	rng := rand.New(rand.NewPCG(21, 42))
 	for _, dist := range utDists {
 		t.Run(dist.name, func(t *testing.T) {
@@ -194,7 +194,7 @@ func TestUseTimeSampleRateHasTheLeasesQuantiles(t *testing.T) {
 				d := dist.hold(rng, i).Seconds()
 				truth.add(d)
 				proc := (uint64(i) * 0xd6e8feb86659fd93 >> 32) % procs // the processor each lease ran on
-				if p.sampledForUse(count[proc]) {
+				if o.sampled(count[proc]) {
 					got = append(got, d)
 				}
 				count[proc]++
@@ -314,10 +314,10 @@ func TestUseTimeRecordsEveryEnd(t *testing.T) {
 }
 
 // TestUseTimeNotWithoutAMeterProvider: without metrics nothing is sampled,
-// and the lease takes the plain path.
+// and the lease and release take the fast path.
 func TestUseTimeNotWithoutAMeterProvider(t *testing.T) {
 	p, _ := newTracked(t, Options[*conn]{MinSize: 1})
-	assert.Equal(t, leaseAsIs, p.route.lease)
+	assert.False(t, p.slowLease || p.slowRelease)
 	for range 4 * useSampleEvery {
 		l := mustLease(t, p)
 		assert.Zero(t, l.e.useFrom)
@@ -325,5 +325,6 @@ func TestUseTimeNotWithoutAMeterProvider(t *testing.T) {
 	}
 	mp, _ := newUtProvider(t)
 	q, _ := newTracked(t, Options[*conn]{MinSize: 1, MeterProvider: mp})
-	assert.Equal(t, leaseSampled, q.route.lease)
+	assert.False(t, q.slowLease, "a sampled lease takes the fast path")
+	assert.True(t, q.slowRelease, "its release records the sample")
 }

@@ -94,12 +94,11 @@ func hdLongMetric(t *testing.T, c mtCollected, name string) int64 {
 	return c.mtPoolCounter(t, "pool.leases.long", "{lease}", name)
 }
 
-// hdTasks returns how many of the pool's tasks run: the watcher and its
-// reports, here.
+// hdTasks returns how many of the pool's background goroutines run: the
+// keeper, and its OnLeak calls.
 func hdTasks(p *Pool[*conn]) int {
-	p.tasks.mu.Lock()
-	defer p.tasks.mu.Unlock()
-	return p.tasks.n
+	n := p.kp.running.Load()
+	return int(n/goroutineWeight + n%goroutineWeight)
 }
 
 var hdConfigs = []struct {
@@ -235,7 +234,7 @@ func TestLeakThresholdReportLatency(t *testing.T) {
 
 			var lat []time.Duration
 			for range batches {
-				time.Sleep(time.Duration(rand.Int64N(int64(2 * p.watcher.every))))
+				time.Sleep(time.Duration(rand.Int64N(int64(2 * p.ob.watchEvery()))))
 				base := reports()
 				start := time.Now() // before any lease of the batch began
 				ls := make([]Lease[*conn], each)
@@ -275,11 +274,11 @@ func TestLeakThresholdWatcherRunsFromNewToClose(t *testing.T) {
 			const lt = 80 * time.Millisecond
 			p, _ := newTracked(t, Options[*conn]{MinSize: 2, LeakThreshold: lt, TrackLeaseSites: cfg.sites})
 			assert.Equal(t, 1, hdTasks(p), "no watcher after New")
-			assert.Equal(t, lt/8, p.watcher.every)
+			assert.Equal(t, lt/8, p.ob.watchEvery())
 			for round := range 3 {
 				l := hdHold(t, p)
 				assert.Equal(t, 1, hdTasks(p), "round %d: a lease out", round)
-				time.Sleep(time.Duration(rand.Int64N(int64(2 * p.watcher.every))))
+				time.Sleep(time.Duration(rand.Int64N(int64(2 * p.ob.watchEvery()))))
 				l.Release()
 				assert.Equal(t, 1, hdTasks(p), "round %d: no lease out", round)
 			}
@@ -302,7 +301,7 @@ func TestLeakThresholdLongLeaseAmongShortOnes(t *testing.T) {
 				// watcher's period.
 				for range 3 {
 					hdHold(t, p).Release()
-					time.Sleep(time.Duration(rand.Int64N(int64(3 * p.watcher.every))))
+					time.Sleep(time.Duration(rand.Int64N(int64(3 * p.ob.watchEvery()))))
 				}
 				l := hdHold(t, p)
 				hdEventually(t, func() bool { return len(reps.get()) == i+1 }, "round %d: the long lease was not reported", i)
@@ -439,9 +438,9 @@ func TestLeakThresholdBelowEightMilliseconds(t *testing.T) {
 		{8 * time.Millisecond, time.Millisecond},
 		{2 * time.Millisecond, time.Millisecond},
 	} {
-		w := newWatcher(tc.threshold)
-		assert.Equal(t, tc.every, w.every, "LeakThreshold %v", tc.threshold)
-		assert.Equal(t, tc.threshold >= 8*time.Millisecond, tc.threshold+3*w.every <= tc.threshold*3/2,
+		every := (&observer[*conn]{threshold: int64(tc.threshold)}).watchEvery()
+		assert.Equal(t, tc.every, every, "LeakThreshold %v", tc.threshold)
+		assert.Equal(t, tc.threshold >= 8*time.Millisecond, tc.threshold+3*every <= tc.threshold*3/2,
 			"LeakThreshold %v: the 1.5 × bound holds from 8 ms on", tc.threshold)
 	}
 	const (

@@ -1,0 +1,408 @@
+package pool
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+)
+
+// The keeper: a pool's one background goroutine, started with the pool
+// when it has an upkeep (UpkeepInterval) or LeakThreshold, else at the
+// first ask for items (SeedInBackground, Clear's refill, MinIdle's spares,
+// FailFastAfter's probe). Each turn it does what is due: the upkeep's
+// round, LeakThreshold's scan, and the creations asked for, backing off
+// after a failure. Between turns it holds the pool only weakly, so that a
+// pool dropped without Close is collected, and the goroutine ends then.
+//
+// The invariant: the keeper never holds an item a lease could have, unless
+// it holds that item's permit. An item it checks or creates counts against
+// MaxSize and is out of the idle ring meanwhile, so no lease receives it
+// mid-check and the cap holds; it creates nothing while leases queue, since
+// those create items of their own. Nothing of it runs on the fast path.
+//
+// The keeper's state is an allocation apart from the pool, so that the
+// goroutine, which holds it, does not hold the pool.
+type keeper[T any] struct {
+	self weak.Pointer[Pool[T]]
+	done context.Context // Close's
+	clk  *clock
+
+	upkeepEvery time.Duration // UpkeepInterval; 0: no upkeep
+	watchEvery  time.Duration // LeakThreshold's scans; 0: none
+	fillLimit   time.Duration // the creations' longest backoff
+
+	wake  chan struct{} // cap 1: an ask
+	wants atomic.Uint32 // what the asks want created: the want* bits
+	// refillAfter: Clear's refill waits for that batch of Destroy calls.
+	refillAfter atomic.Pointer[<-chan struct{}]
+
+	// started: the goroutine has started, or Close has forbidden it to.
+	started atomic.Bool
+	// running counts the goroutine (goroutineWeight while it runs) and the
+	// work it runs apart (one each: OnLeak calls, seeding creations);
+	// stopped closes when it comes to zero.
+	running atomic.Int64
+	stopped chan struct{}
+	// turn is held while a turn runs: see wait.
+	turn sync.Mutex
+
+	// The goroutine's own, kept here so that a successor after a
+	// runtime.Goexit in a callback goes on from them. The times are
+	// time.Now's, as the timers count (in a synctest bubble, its clock).
+	upkeepAt, watchAt, fillAt  time.Time // when each is due next
+	upkeepBackoff, fillBackoff time.Duration
+	owed                       uint32 // wants a failed turn owes, retried at fillAt
+	scans                      scanBufs[T]
+}
+
+// The bits of keeper.wants.
+const (
+	wantSeed   uint32 = 1 << iota // MinSize items, several creations at once
+	wantRefill                    // MinSize idle, once the last Clear's destroys end
+	wantSpares                    // MinIdle idle
+	wantProbe                     // one item while the pool is down
+)
+
+// goroutineWeight is the keeper's goroutine's share of keeper.running.
+const goroutineWeight = 1 << 32
+
+// upkeepTestHooks are set by tests only: scheduled sees each wait the
+// keeper sets before its next upkeep round.
+var upkeepTestHooks struct {
+	scheduled func(time.Duration)
+}
+
+// maxSeedBackoff bounds the creations' backoff without the upkeep.
+const maxSeedBackoff = 30 * time.Second
+
+func newKeeper[T any](p *Pool[T]) *keeper[T] {
+	k := &keeper[T]{
+		self: p.self, done: p.done, clk: p.clk,
+		upkeepEvery: p.opts.UpkeepInterval,
+		watchEvery:  p.ob.watchEvery(),
+		fillLimit:   maxSeedBackoff,
+		wake:        make(chan struct{}, 1),
+		stopped:     make(chan struct{}),
+	}
+	if k.upkeepEvery > 0 {
+		k.fillLimit = k.upkeepEvery
+	}
+	return k
+}
+
+// start starts the goroutine, once: its first upkeep round and scan come
+// an interval after.
+func (k *keeper[T]) start() {
+	if k.started.Load() || !k.started.CompareAndSwap(false, true) {
+		return
+	}
+	now := time.Now()
+	k.upkeepAt = now.Add(spread(k.upkeepEvery))
+	k.watchAt = now.Add(k.watchEvery)
+	k.running.Add(goroutineWeight)
+	go k.run()
+}
+
+// ask asks for a turn that creates what want says.
+func (k *keeper[T]) ask(want uint32) {
+	if k.wants.Load()&want != want {
+		k.wants.Or(want)
+	}
+	k.start()
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// refill asks for the idle items to be refilled to MinSize once after
+// closes (Clear's destroys have ended).
+func (k *keeper[T]) refill(after <-chan struct{}) {
+	k.refillAfter.Store(&after)
+	k.ask(wantRefill)
+}
+
+// run is the goroutine: a turn at each ask and whenever something falls
+// due, until Close or the pool is collected. When a callback calls
+// runtime.Goexit, which ends this goroutine, the keeper goes on on a new
+// one.
+func (k *keeper[T]) run() {
+	returned := false
+	defer func() {
+		if !returned {
+			go k.run()
+			return
+		}
+		k.ended(goroutineWeight)
+	}()
+	t := time.NewTimer(k.next(time.Now()))
+	defer t.Stop()
+	for {
+		select {
+		case <-k.done.Done():
+			returned = true
+			return
+		case <-k.wake:
+		case <-t.C:
+		}
+		p := k.self.Value()
+		if p == nil || !k.turnOn(p) {
+			returned = true
+			return
+		}
+		t.Reset(k.next(time.Now()))
+	}
+}
+
+// ended counts work of the keeper's that has ended.
+func (k *keeper[T]) ended(weight int64) {
+	if k.running.Add(-weight) == 0 {
+		close(k.stopped)
+	}
+}
+
+// apart runs f on a goroutine of its own that Close waits for as the
+// keeper's: an OnLeak call, a seeding creation.
+func (k *keeper[T]) apart(f func()) {
+	k.running.Add(1)
+	go func() {
+		defer k.ended(1)
+		f()
+	}()
+}
+
+// turnOn does what is due, holding turn throughout, unless Close has
+// begun: then it does nothing and reports false.
+func (k *keeper[T]) turnOn(p *Pool[T]) bool {
+	k.turn.Lock()
+	defer k.turn.Unlock()
+	if k.done.Err() != nil {
+		return false
+	}
+	now := time.Now()
+	if k.upkeepEvery > 0 && !now.Before(k.upkeepAt) {
+		k.upkeep(p)
+	}
+	if k.watchEvery > 0 && !now.Before(k.watchAt) {
+		k.watchAt = now.Add(k.watchEvery)
+		p.ob.followAll(&k.scans, k.done, k.apart)
+	}
+	k.fill(p, now)
+	return true
+}
+
+// next is the wait from now until the next thing due.
+func (k *keeper[T]) next(now time.Time) time.Duration {
+	wait := time.Duration(1<<63 - 1)
+	for _, at := range []struct {
+		when time.Time
+		on   bool
+	}{{k.upkeepAt, k.upkeepEvery > 0}, {k.watchAt, k.watchEvery > 0}, {k.fillAt, k.owed != 0}} {
+		if at.on {
+			wait = min(wait, at.when.Sub(now))
+		}
+	}
+	return max(wait, 0)
+}
+
+// wait waits, after Close canceled done, until the goroutine and the work
+// it runs apart have ended, or ctx ends. Called from inside that work
+// (onKeeper: a callback it runs), it cannot wait for itself, and returns
+// at once.
+func (k *keeper[T]) wait(ctx context.Context, onKeeper bool) error {
+	if onKeeper || k.started.CompareAndSwap(false, true) {
+		return nil // or never started, and now never will
+	}
+	select {
+	case <-k.stopped:
+		return nil
+	case <-ctx.Done():
+	}
+	if k.running.Load()%goroutineWeight == 0 && k.turn.TryLock() {
+		// No turn runs, and none can start: the goroutine is returning.
+		k.turn.Unlock()
+		<-k.stopped
+		return nil
+	}
+	return ctx.Err() // a turn's callbacks still run
+}
+
+// # The upkeep
+
+// upkeep runs a round, and schedules the next an interval after its start
+// (as the pool's clock measures the round): a round that outlasts the
+// interval is followed by the next at once. After a failed round the next
+// comes sooner, backing off.
+func (k *keeper[T]) upkeep(p *Pool[T]) {
+	start := k.clk.now()
+	next := spread(k.upkeepEvery)
+	if k.upkeepRound(p) {
+		k.upkeepBackoff = 0
+	} else {
+		k.upkeepBackoff = backoff(k.upkeepBackoff, k.upkeepEvery)
+		next = k.upkeepBackoff
+	}
+	wait := max(next-time.Duration(k.clk.now()-start), 0)
+	k.upkeepAt = time.Now().Add(wait)
+	if upkeepTestHooks.scheduled != nil {
+		upkeepTestHooks.scheduled(wait)
+	}
+}
+
+// upkeepRound destroys the expired idle items, checks the idle items due a
+// check, and creates items up to MinSize. It reports false when a creation
+// failed, for the caller to retry sooner; every failure is logged.
+func (k *keeper[T]) upkeepRound(p *Pool[T]) (ok bool) {
+	now := k.clk.now()
+	p.ex.sweep(now)
+	if p.ck.checksIdle() {
+		k.checkIdle(p, now)
+	}
+	if p.opts.MinIdle > 0 {
+		k.ask(wantSpares)
+	}
+	return p.mk.fill(allItems, p.opts.MinSize, "upkeep")
+}
+
+// checkIdle runs the Preparer on each idle item that sat idle at least
+// CheckAfterIdle, one item at a time: the item under check holds a permit
+// and is out of the idle ring, so no lease can receive it meanwhile, and
+// the others stay leasable. An item that fails is destroyed (and logged);
+// one that passes goes back idle, not due again for CheckAfterIdle.
+func (k *keeper[T]) checkIdle(p *Pool[T], now int64) {
+	due := func(e *entry[T]) bool { return p.ck.due(e, now) }
+	for range p.g.maxSize() { // each item at most once: a checked one is not due
+		e := p.g.takeIdleIf(due)
+		if e == nil {
+			return
+		}
+		if err := k.checkOne(p, e); err != nil {
+			if k.done.Err() == nil { // else Close cut it short: nothing went wrong
+				p.ob.warn("upkeep: an idle item failed its check", err)
+			}
+			continue
+		}
+		e.checkedAt = k.clk.now()
+		p.giveBackToGate(e)
+	}
+}
+
+// checkOne checks e for the upkeep, destroying it (and freeing its permit)
+// when it fails, panics or calls runtime.Goexit; a panic is returned as an
+// error, since the upkeep has no caller to raise it to.
+func (k *keeper[T]) checkOne(p *Pool[T], e *entry[T]) (err error) {
+	returned := false
+	defer func() {
+		if returned && err == nil {
+			return
+		}
+		if v := recover(); v != nil {
+			err = asError(newPanicError(v))
+		}
+		why := reasonPrepare
+		if k.done.Err() != nil {
+			why = reasonClose // Close cut the check short: not the item's fault
+		}
+		p.ds.later(e, why, nil)
+	}()
+	err = p.ck.check(k.done, e)
+	returned = true
+	return err
+}
+
+// backoff is the delay after a failed round: a sixteenth of limit after
+// the first failure, doubling with each failure after it, up to limit.
+func backoff(prev, limit time.Duration) time.Duration {
+	return min(max(2*prev, limit/16), limit)
+}
+
+// spread returns d moved by a random amount within ±10 %, so that many
+// pools started together do not tick in step.
+func spread(d time.Duration) time.Duration {
+	tenth := int64(d) / 10
+	if tenth <= 0 {
+		return d
+	}
+	return d - time.Duration(tenth) + time.Duration(rand.Int64N(2*tenth+1))
+}
+
+// # The creations asked for
+
+// fill runs a round for what was asked and what a failed round owes, the
+// latter not before fillAt. A failed round's bits are retried with
+// backoff; a refill is not retried. Failures are logged, never raised.
+func (k *keeper[T]) fill(p *Pool[T], now time.Time) {
+	d := k.wants.Swap(0) | k.owed
+	if d == 0 {
+		return
+	}
+	if k.owed != 0 && now.Before(k.fillAt) {
+		k.owed = d
+		return
+	}
+	k.owed = d &^ wantRefill // until the round returns: a Goexit leaves them owed
+	k.owed = k.fillRound(p, d)
+	if k.owed == 0 {
+		k.fillBackoff = 0
+		return
+	}
+	k.fillBackoff = backoff(k.fillBackoff, k.fillLimit)
+	k.fillAt = time.Now().Add(k.fillBackoff)
+}
+
+// fillRound fills for d and returns the bits to retry.
+func (k *keeper[T]) fillRound(p *Pool[T], d uint32) (owed uint32) {
+	if d&wantProbe != 0 && !p.mk.probe() {
+		return d // down still: the rest would not create
+	}
+	if d&wantSeed != 0 && !k.seed(p) {
+		owed |= wantSeed
+	}
+	if d&wantRefill != 0 {
+		k.refillRound(p)
+	}
+	if d&wantSpares != 0 && !k.spares(p) {
+		owed |= wantSpares
+	}
+	return owed
+}
+
+// refillRound creates items until MinSize are idle, once the last Clear's
+// destroys have ended; its failure is logged, not retried.
+func (k *keeper[T]) refillRound(p *Pool[T]) {
+	if after := k.refillAfter.Swap(nil); after == nil || awaitOr(k.done, *after) == nil {
+		p.mk.fill(idleItems, p.opts.MinSize, "clear: refill")
+	}
+}
+
+// spares creates items until MinIdle are idle, and reports false when a
+// creation failed or the pool is down.
+func (k *keeper[T]) spares(p *Pool[T]) bool {
+	return p.mk.fill(idleItems, p.opts.MinIdle, "spares")
+}
+
+// seed runs up to seedParallelism fills at once toward MinSize items, and
+// reports false when a creation failed or the fills stopped short, leases
+// waiting for a turn to create while a permit was free.
+func (k *keeper[T]) seed(p *Pool[T]) bool {
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range min(p.opts.MinSize, seedParallelism, p.g.creationsCap()) {
+		wg.Add(1)
+		k.apart(func() {
+			ok := false
+			defer func() {
+				if !ok { // a failure, or a Goexit in the factory
+					failed.Store(true)
+				}
+				wg.Done()
+			}()
+			ok = p.mk.fill(allItems, p.opts.MinSize, "seed")
+		})
+	}
+	wg.Wait()
+	return !failed.Load() && !p.g.short(p.opts.MinSize)
+}

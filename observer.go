@@ -1,0 +1,497 @@
+package pool
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+	"weak"
+)
+
+// The observer: what the pool tells of itself. It keeps the counters that
+// Stats cannot derive from the gate or the slots, records the
+// OpenTelemetry measurements (metrics.go), logs through Options.Logger,
+// calls the Tracer (trace.go), and keeps the leases' records: their
+// registry, the scans behind Outstanding and LeakThreshold's reports, and
+// the sink that the garbage collector's leak reports reach (leaks.go).
+// Nothing of it runs on the fast path but the use_time sample's test.
+type observer[T any] struct {
+	name   string
+	clk    *clock
+	logger *slog.Logger
+	tracer Tracer
+	onLeak func(LeakReport)
+	// threshold is LeakThreshold in the clock's nanoseconds (0: none);
+	// sited, TrackLeaseSites. With either, each lease records its start.
+	threshold int64
+	sited     bool
+	// sampleBelow is the scrambled count below which a lease is sampled for
+	// pool.lease.use_time (sampled); 0 without metrics, so none is.
+	sampleBelow uint64
+
+	m     *metrics  // nil without a MeterProvider: see metrics.go
+	leaks *leakSink // what the entries' cleanups reach: see leaks.go
+	reg   registry[T]
+	c     counters
+}
+
+// recorded reports whether each lease records its start (and, sited,
+// where): LeakThreshold or TrackLeaseSites.
+func (o *observer[T]) recorded() bool { return o.threshold > 0 || o.sited }
+
+// # Logs
+
+// warn logs an error that has no caller through Options.Logger. A panic of
+// the handler is dropped: it must not crash the pool's own goroutines or
+// stop a release or the upkeep half-way.
+func (o *observer[T]) warn(msg string, err error) { o.log(slog.LevelWarn, msg, err) }
+
+// log logs msg at level, with err unless nil, dropping a panic of the
+// handler as warn does.
+func (o *observer[T]) log(level slog.Level, msg string, err error) {
+	var attrs []slog.Attr
+	if err != nil {
+		attrs = []slog.Attr{slog.Any("err", unprefixed{err, fmt.Sprintf("pool %q: ", o.name)})}
+	}
+	o.logAttrs(level, msg, attrs...)
+}
+
+// logHeld logs a lease held past LeakThreshold (Warn) or its end (Info),
+// with its age and, when known, its stack.
+func (o *observer[T]) logHeld(level slog.Level, msg string, age time.Duration, stack string) {
+	attrs := []slog.Attr{slog.Duration("age", age)}
+	if stack != "" {
+		attrs = append(attrs, slog.String("stack", stack))
+	}
+	o.logAttrs(level, msg, attrs...)
+}
+
+func (o *observer[T]) logAttrs(level slog.Level, msg string, attrs ...slog.Attr) {
+	if o.logger == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	attrs = append([]slog.Attr{slog.String("pool.name", o.name)}, attrs...)
+	o.logger.LogAttrs(context.Background(), level, "pool: "+msg, attrs...)
+}
+
+// # Counts
+
+// leaseFailed counts a failed lease in Stats and pool.lease.errors.
+func (o *observer[T]) leaseFailed(ctx context.Context, t errType) {
+	switch t {
+	case errCanceled:
+		o.c.canceled.Add(1)
+	case errTimeout:
+		o.c.timeouts.Add(1)
+	case errExhausted:
+		o.c.refused.Add(1)
+	}
+	if o.m != nil {
+		o.m.leaseErrors.Add(ctx, 1, o.m.errAdd[t]...)
+	}
+}
+
+// created counts a successful factory call.
+func (o *observer[T]) created(ctx context.Context) {
+	o.c.mu.Lock()
+	o.c.created++
+	o.c.mu.Unlock()
+	if o.m != nil {
+		o.m.created.Add(ctx, 1, o.m.add...)
+	}
+}
+
+// stamp reads the clock for a measurement that starts now, and returns 0
+// without metrics, which would not record it.
+func (o *observer[T]) stamp() int64 {
+	if o.m == nil {
+		return 0
+	}
+	return o.clk.now()
+}
+
+// factoryCalled times a factory call begun at start (stamp), and counts
+// it when it failed.
+func (o *observer[T]) factoryCalled(ctx context.Context, start int64, failed bool) {
+	if failed {
+		o.c.createFails.Add(1)
+	}
+	if o.m != nil {
+		o.m.createTime.Record(ctx, seconds(o.clk.now()-start), o.m.rec...)
+	}
+}
+
+// checked times a check begun at start (stamp), and counts it when it
+// failed.
+func (o *observer[T]) checked(ctx context.Context, start int64, failed bool) {
+	if failed {
+		o.c.prepareFail.Add(1)
+	}
+	if o.m != nil {
+		o.m.prepTime.Record(ctx, seconds(o.clk.now()-start), o.m.rec...)
+		if failed {
+			o.m.prepErrors.Add(ctx, 1, o.m.add...)
+		}
+	}
+}
+
+// destroyed counts one destruction, for why, and whether Destroy failed.
+func (o *observer[T]) destroyed(why reason, failed bool) {
+	o.c.mu.Lock()
+	switch why {
+	case reasonIdle:
+		o.c.idleExpired++
+	case reasonLifetime:
+		o.c.lifetimeExpired++
+	case reasonUses:
+		o.c.usesExpired++
+	}
+	o.c.destroyed++
+	if failed {
+		o.c.destroyFails++
+	}
+	o.c.mu.Unlock()
+	if o.m != nil {
+		o.m.itemDestroyed(why, failed)
+	}
+}
+
+// detached counts an item taken out by Lease.Detach.
+func (o *observer[T]) detached() {
+	o.c.mu.Lock()
+	o.c.detached++
+	o.c.mu.Unlock()
+}
+
+// # A lease's life
+
+// sampled is the use_time sampling rule: the lease with k leases before it
+// on its processor is sampled when Fibonacci hashing puts k below
+// sampleBelow. That keeps one in useSampleEvery, evenly spread and never
+// in step with a periodic pattern of hold times, and the first lease on
+// each processor (k = 0), so a pool's first leases show.
+func (o *observer[T]) sampled(k uint64) bool { return k*fibonacci < o.sampleBelow }
+
+// sampleUse stamps the start of a sampled lease of e; its end records it.
+func (o *observer[T]) sampleUse(e *entry[T]) {
+	e.useFrom = o.clk.now()
+	e.atEnd.Or(atEndSampled)
+}
+
+// lent records a slow lease's wait when it queued, and samples e's
+// use_time when the lease, k-th on its processor, is sampled.
+func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *leaseTimes) {
+	if o.m == nil {
+		return
+	}
+	if lt.queued {
+		o.m.waitTime.Record(ctx, lt.wait.Seconds(), o.m.rec...)
+	}
+	if o.sampled(k) {
+		o.sampleUse(e)
+	}
+}
+
+// leaseEnded accounts, once and before the item goes anywhere, for the end
+// of e's lease (gen has moved on): a sampled use_time, a reported holder.
+func (o *observer[T]) leaseEnded(e *entry[T]) {
+	w := e.atEnd.Load()
+	if w == 0 {
+		return
+	}
+	if w&atEndSampled != 0 {
+		o.m.useTime.Record(context.Background(), seconds(o.clk.now()-e.useFrom), o.m.rec...)
+		e.atEnd.And(^uint32(atEndSampled))
+	}
+	if w&atEndReported != 0 {
+		e.atEnd.And(^uint32(atEndReported))
+		gen := e.gen.Load() - 1
+		at, _ := e.rec.startOf(gen)
+		o.reportedEnded(e, gen, at)
+	}
+}
+
+// watch makes e's records, as its creation ends: its lease record and
+// trace state when the options ask, its cleanup (leaks.go), and its place
+// in the registry when leases are recorded.
+func (o *observer[T]) watch(e *entry[T]) {
+	if o.recorded() {
+		e.rec = new(leaseRecord)
+	}
+	if o.tracer != nil {
+		e.trace = new(traceState)
+	}
+	detectLeak(o.leaks, e)
+	if e.rec != nil {
+		o.reg.add(e)
+	}
+}
+
+// forget lets go of e, as its destruction or Detach begins: from then on
+// it is no lease and no leak.
+func (o *observer[T]) forget(e *entry[T]) {
+	e.cleanup.Stop()
+	if e.rec != nil {
+		o.reg.remove(e)
+	}
+}
+
+// # Lease records and their scans
+//
+// With LeakThreshold or TrackLeaseSites each lease records its start
+// (leaseRecord, leaks.go) before its Lease call returns, and the registry
+// holds every entry weakly, from the end of its creation to the start of
+// its destruction or Detach, so that a leaked lease still becomes
+// unreachable. A scan reads each entry's gen (bumped as each lease ends)
+// in two passes, and lists the entries whose record is the first pass's
+// generation's and whose gen did not move between the passes. Each listed
+// lease was out for the whole instant between the passes: a scan never
+// lists more leases than were out at one instant. An item between two
+// leases (judged, reset, destroyed) has no record for its generation.
+
+// registry is every recorded entry in existence, held weakly.
+type registry[T any] struct {
+	mu  sync.Mutex
+	all map[weak.Pointer[entry[T]]]struct{}
+}
+
+func (r *registry[T]) add(e *entry[T]) {
+	e.self = weak.Make(e)
+	r.mu.Lock()
+	if r.all == nil {
+		r.all = make(map[weak.Pointer[entry[T]]]struct{})
+	}
+	r.all[e.self] = struct{}{}
+	r.mu.Unlock()
+}
+
+func (r *registry[T]) remove(e *entry[T]) {
+	r.mu.Lock()
+	delete(r.all, e.self)
+	r.mu.Unlock()
+}
+
+// list appends every registered entry to buf, and forgets those the
+// garbage collector has taken: leaked leases, which their cleanups report.
+func (r *registry[T]) list(buf []*entry[T]) []*entry[T] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for wp := range r.all {
+		if e := wp.Value(); e != nil {
+			buf = append(buf, e)
+		} else {
+			delete(r.all, wp)
+		}
+	}
+	return buf
+}
+
+// scanBufs are a scan's buffers, kept by the keeper from one scan to the
+// next, emptied of entries in between (drop).
+type scanBufs[T any] struct {
+	es   []*entry[T]
+	seen []sighting[T]
+}
+
+// sighting is what a scan saw of one entry.
+type sighting[T any] struct {
+	e   *entry[T]
+	gen uint64
+	out bool
+	at  int64 // when the lease began
+}
+
+// drop lets go of the entries the last scan held, so that it keeps none
+// alive.
+func (b *scanBufs[T]) drop() {
+	clear(b.es)
+	clear(b.seen)
+	b.es, b.seen = b.es[:0], b.seen[:0]
+}
+
+// scan finds the recorded leases out, in two passes, and returns what it
+// saw and the clock after it. The caller drops b once done.
+func (o *observer[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
+	b.es = o.reg.list(b.es)
+	for _, e := range b.es {
+		x := sighting[T]{e: e, gen: e.gen.Load()}
+		x.at, x.out = e.rec.startOf(x.gen)
+		b.seen = append(b.seen, x)
+		if testSighted != nil {
+			testSighted(e)
+		}
+	}
+	for i := range b.seen {
+		x := &b.seen[i]
+		x.out = x.out && x.e.gen.Load() == x.gen
+	}
+	return b.seen, o.clk.now()
+}
+
+// testSighted, set by tests only, runs after the first pass reads an entry.
+var testSighted func(e any)
+
+// LeaseInfo describes a lease out now: see Pool.Outstanding.
+type LeaseInfo struct {
+	// Age is how long the lease has been out, from the moment its Lease
+	// call got the item.
+	Age time.Duration
+	// Stack is the stack of the Lease (or TryLease, or Do) call that took
+	// the lease, as in LeakReport; "" unless Options.TrackLeaseSites is on.
+	Stack string
+}
+
+// outstanding lists the recorded leases out, oldest first; nil when leases
+// are not recorded.
+func (o *observer[T]) outstanding() []LeaseInfo {
+	if !o.recorded() {
+		return nil
+	}
+	var b scanBufs[T]
+	defer b.drop()
+	seen, now := o.scan(&b)
+	out := []LeaseInfo{}
+	for _, x := range seen {
+		if x.out {
+			out = append(out, LeaseInfo{Age: time.Duration(max(now-x.at, 0)), Stack: x.e.rec.stackOf(x.gen)})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b LeaseInfo) int { return cmp.Compare(b.Age, a.Age) })
+	return out
+}
+
+// record notes the start of l and, with TrackLeaseSites, where it was
+// taken: the walk runs under the lock, straight into the record.
+func (o *observer[T]) record(l Lease[T]) {
+	r := l.e.rec
+	r.start.Store(startWord(o.clk.now(), l.gen))
+	if o.sited {
+		r.mu.Lock()
+		r.lease = l.gen + 1
+		r.n = runtime.Callers(leakSiteSkip, r.pcs[:])
+		r.mu.Unlock()
+	}
+}
+
+// # LeakThreshold's reports
+//
+// The keeper scans every LeakThreshold/8 (watchEvery) and reports each
+// lease out past LeakThreshold once: never early, since a record's start
+// is no earlier than the lease's, and within a period after. A reported
+// lease's end logs it at Info, exactly once, whoever sees the end first:
+// the report stores leaseRecord.reported, sets atEndReported, then loads
+// gen; the end of the lease bumps gen, then loads atEnd. The atomics are
+// sequentially consistent, so at least one of the two sees the other; each
+// that does clears reported by compare-and-swap, and the one that wins
+// logs.
+
+// minWatchEvery bounds how often the keeper scans, whatever the threshold.
+const minWatchEvery = time.Millisecond
+
+// watchEvery is the period of LeakThreshold's scans; 0 without it.
+func (o *observer[T]) watchEvery() time.Duration {
+	if o.threshold == 0 {
+		return 0
+	}
+	return max(time.Duration(o.threshold)/8, minWatchEvery)
+}
+
+// followAll scans the leases out and reports those held past
+// LeakThreshold, calling OnLeak through apart. It stops, reporting nothing
+// more, once done has ended (Close).
+func (o *observer[T]) followAll(b *scanBufs[T], done context.Context, apart func(func())) {
+	defer b.drop()
+	seen, now := o.scan(b)
+	for i := range seen {
+		if done.Err() != nil {
+			return
+		}
+		if x := &seen[i]; x.out && now-x.at >= o.threshold && x.e.rec.reported.Load() != x.gen+1 {
+			o.reportHeld(x, time.Duration(now-x.at), apart)
+		}
+	}
+}
+
+// reportHeld reports the lease x saw, held for age: counted, logged at
+// Warn, marked reported, then given to OnLeak apart from the keeper, so
+// that a lease that OnLeak's report leads to end logs its end in its own
+// Release.
+func (o *observer[T]) reportHeld(x *sighting[T], age time.Duration, apart func(func())) {
+	e, stack := x.e, ""
+	if o.sited {
+		stack = e.rec.stackOf(x.gen)
+	}
+	o.c.longLeases.Add(1)
+	if o.m != nil {
+		o.m.long.Add(context.Background(), 1, o.m.add...)
+	}
+	o.logHeld(slog.LevelWarn, "a lease has been held longer than LeakThreshold", age, stack)
+	e.rec.reported.Store(x.gen + 1)
+	e.atEnd.Or(atEndReported)
+	if e.gen.Load() != x.gen {
+		o.reportedEnded(e, x.gen, x.at)
+	}
+	if on := o.onLeak; on != nil {
+		r := LeakReport{Pool: o.name, Age: age, Stack: stack, Held: true}
+		apart(func() { o.callOnLeak(on, r) })
+	}
+}
+
+// reportedEnded logs at Info the end of the lease of generation gen of e,
+// begun at at and reported as held, unless that has been logged already.
+func (o *observer[T]) reportedEnded(e *entry[T], gen uint64, at int64) {
+	if e.rec.reported.CompareAndSwap(gen+1, 0) {
+		o.logHeld(slog.LevelInfo, "a lease reported as held past LeakThreshold has ended", time.Duration(max(o.clk.now()-at, 0)), "")
+	}
+}
+
+// callOnLeak calls OnLeak for a long lease: a panic has nobody to reach
+// there, so it is logged and dropped.
+func (o *observer[T]) callOnLeak(on func(LeakReport), r LeakReport) {
+	defer func() {
+		if v := recover(); v != nil {
+			o.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", o.name, asError(newPanicError(v))))
+		}
+	}()
+	on(r)
+}
+
+// # Traces
+
+// endTrace reads e's traced lease as it ends; zero without a Tracer.
+func (o *observer[T]) endTrace(e *entry[T]) tracedEnd {
+	if e.trace == nil || e.trace.ctx == nil {
+		return tracedEnd{}
+	}
+	st := e.trace
+	t := tracedEnd{ctx: st.ctx, held: time.Duration(max(o.clk.now()-st.at, 0))}
+	st.ctx = nil
+	return t
+}
+
+// released reports a traced lease's end, once the item has been given back.
+func (o *observer[T]) released(t tracedEnd, how string) {
+	if t.ctx != nil {
+		o.tracer.Released(t.ctx, ReleaseTrace{Pool: o.name, Held: t.held, How: how})
+	}
+}
+
+// startTimer reads the clock for a traced lease's step; 0 if not traced.
+func (o *observer[T]) startTimer(lt *leaseTimes) int64 {
+	if !lt.traced {
+		return 0
+	}
+	return o.clk.now()
+}
+
+// stopTimer adds to d the time since start, lt's startTimer, when traced.
+func (o *observer[T]) stopTimer(lt *leaseTimes, start int64, d *time.Duration) {
+	if lt.traced {
+		*d += time.Duration(max(o.clk.now()-start, 0))
+	}
+}
