@@ -4,11 +4,9 @@
 //
 // A [Pool] lends items under a [Lease] and takes them back on
 // [Lease.Release]. At most [Options].MaxSize items exist at once, counting
-// each from the start of its creation to the end of its destruction; a lease
-// beyond that waits, first come first served, within Options.LeaseTimeout
-// and its ctx. A [Factory] creates items, an optional [Preparer] checks and
-// restores them on lease, Options.Reset runs on release and Options.Destroy
-// disposes of them.
+// those being created or destroyed. A [Factory] creates items, an optional
+// [Preparer] checks and restores them on lease, Options.Reset runs on
+// release and Options.Destroy disposes of them.
 //
 //	p, err := pool.New(ctx, pool.FactoryFunc[*Conn](dial), pool.Options[*Conn]{
 //		MaxSize:      10,              // never more than ten connections at once
@@ -26,8 +24,7 @@
 //	defer l.Release()
 //	return l.Value().Send(msg)
 //
-// This page says what a user needs to use the pool correctly; each option's
-// details are on its [Options] field. How the pool works is in
+// Each option's details are on its [Options] field; how the pool works is in
 // [docs/DESIGN.md], how it is tested in [docs/TESTING.md].
 //
 // # Lifecycle of an item
@@ -35,45 +32,40 @@
 // Created. A lease that finds no idle item creates one when fewer than
 // MaxSize exist. [New] first creates Options.MinSize items, several at once,
 // and fails with the first failed creation, or returns at once with
-// Options.SeedInBackground. A lease's creation keeps the values of the
-// caller's ctx but not its cancellation, within Options.CreateTimeout: a
-// caller that gives up returns ctx.Err() at once, and its creation finishes
-// in the background and its item goes idle, so an impatient caller never
-// costs a second dial. A nil item with a nil error fails the creation.
-// Options.MaxConcurrentCreates caps the creations under way at once, the
-// leases' and the background's together: a lease past the cap waits its
-// turn in the queue (see Waiting and errors).
+// Options.SeedInBackground. A lease's creation keeps the caller's ctx values
+// but not its cancellation, within Options.CreateTimeout: a caller that
+// gives up returns ctx.Err() at once, while its creation finishes in the
+// background and its item goes idle, so an impatient caller never costs a
+// second dial. A nil item with a nil error fails the creation.
 //
-// Leased. A lease takes the idle item that went idle last (so that under a
-// light load the rest idle long enough to expire) or creates one. With a
-// [Preparer] the item is checked, within Options.PreparationTimeout: a
-// fresh item always, and one the Preparer has never accepted (the item of
-// an abandoned creation); an idle one when it sat idle at least
-// Options.CheckAfterIdle. An idle item that fails is destroyed and the lease
-// goes on with another; a fresh one that fails is destroyed and its error
-// returned, wrapped.
+// Leased. A lease takes the item that went idle last (so under a light load
+// the rest idle long enough to expire) or creates one. A [Preparer] checks
+// it within Options.PreparationTimeout: always a fresh item or one the
+// Preparer never accepted (an abandoned creation's item), an idle one when
+// idle at least Options.CheckAfterIdle. A failing item is destroyed: if
+// idle, the lease goes on with another; if fresh, its error is returned,
+// wrapped.
 //
-// Released. [Lease.Release] runs Options.Reset (an error or a panic destroys
-// the item); the item then goes to the oldest waiting lease, or idles. On a
-// closed pool, past its lifetime, at its Options.MaxUses-th lease, or while
-// [Pool.SetMaxSize] shrinks the pool, it is destroyed.
+// Released. [Lease.Release] runs Options.Reset (an error or panic destroys
+// the item); the item then goes to the oldest waiting lease, or idles. It is
+// destroyed instead on a closed pool, past its lifetime, or at its
+// Options.MaxUses-th lease.
 //
 // Expired. An item idle longer than Options.IdleTimeout, or older than
 // Options.MaxLifetime (plus its share of MaxLifetimeJitter), is destroyed by
-// a lease that meets it, by the sweep leases and releases run (see Upkeep)
-// and by the upkeep.
+// a lease that meets it, by the sweep and by the upkeep (see Upkeep).
 //
 // Destroyed. Options.Destroy disposes of an item (default: Close for an
 // [io.Closer]). [Lease.Discard], expiry, a failed check or Reset,
 // [Pool.Clear], [Pool.Close] and SetMaxSize destroy items on the pool's own
-// goroutines: no caller waits for a Destroy but Close. The item counts
-// against MaxSize (and in Stats.Destroying) until Destroy returns, or until
-// Options.DestroyTimeout has passed. A Destroy that fails, panics or outlasts
-// DestroyTimeout is logged and counted in Stats.DestroyErrors; the item
-// counts as destroyed all the same.
+// goroutines: only Close waits for a Destroy. The item counts against
+// MaxSize (and in Stats.Destroying) until Destroy returns or
+// Options.DestroyTimeout passes. A Destroy that fails, panics or outlasts
+// DestroyTimeout is logged and counted in Stats.DestroyErrors; its item
+// still counts as destroyed.
 //
-// Detached. [Lease.Detach] takes the item out of the pool for good: the
-// pool frees its place and never touches it again.
+// Detached. [Lease.Detach] takes the item out of the pool for good: the pool
+// frees its place and never touches it again.
 //
 // Spare. With Options.MinIdle the pool keeps that many items idle, created
 // in the background, never past MaxSize and never while leases wait.
@@ -81,24 +73,23 @@
 // [Pool.Clear] retires every item that exists (leased ones as their leases
 // end), for a failover; [Pool.Close] refuses new leases, wakes the waiting
 // ones with [ErrClosed] and destroys every item; [Pool.Shutdown] also waits
-// for the leases out, within its ctx. Their doc comments say exactly what
-// each waits for.
+// for the leases out, within its ctx. Each one's doc comment says what it
+// waits for.
 //
 // # Leases and their rules
 //
 // End every lease exactly once: [Lease.Release] to give the item back,
-// [Lease.Discard] when it is broken (a waiting lease gets the right to
-// create a fresh one), or [Lease.Detach] to keep it. Defer the Release
-// right after a successful Lease. Ending an ended lease does nothing, so a
-// deferred Release after a Discard is harmless. [Pool.Do] does all of this:
-// it discards the item when the function's error wraps [ErrBroken] or the
+// [Lease.Discard] when it is broken, or [Lease.Detach] to keep it. Defer the
+// Release right after a successful Lease. [Pool.Do] does all of this: it
+// discards the item when the function's error wraps [ErrBroken] or the
 // function panics.
 //
-// A Lease is a small value and its copies are the same lease: ending one
-// ends all, and a Release through a copy or a stale handle does nothing. No
-// item is ever held by two leases at once. [Lease.Value] and [Lease.Detach]
-// panic on an ended lease. [Lease.Uses], [Lease.CreatedAt] and
-// [Lease.IdleFor] tell about the item.
+// A Lease is a small value whose copies are the same lease: ending one ends
+// all. Ending an ended lease, through a copy or a stale handle, does
+// nothing, so a deferred Release after a Discard is harmless. No item is
+// ever held by two leases at once. [Lease.Value] and [Lease.Detach] panic on
+// an ended lease. [Lease.Uses], [Lease.CreatedAt] and [Lease.IdleFor]
+// describe the item.
 //
 // A nil ctx panics with "pool: nil Context". A Lease whose ctx has ended
 // returns ctx.Err() and takes nothing, even when an item is idle.
@@ -107,66 +98,62 @@
 //
 // When MaxSize items are in use, or a lease would create one while
 // Options.MaxConcurrentCreates creations are under way, [Pool.Lease] waits
-// in a FIFO queue. A released or newly created item goes straight to the
-// oldest waiting lease, and a destroyed item's place, or an ended creation's
-// turn, goes to it as the right to create a fresh one: a woken lease never
-// wakes to nothing and no newcomer overtakes the queue. A grant passes over
-// leases whose ctx has ended, so a storm of them does not delay the live
-// ones. A Release that hands its item over costs its caller the hand-off
-// and nothing more: it does not yield its processor, so the request that
-// released goes on, or ends, at once. The woken lease runs when the
-// releasing goroutine ends or blocks, on a processor that is idle, or when
-// a lease next comes to the pool on that processor, which steps aside for
-// it once; a releaser that computes on without coming back to the pool
-// keeps the woken lease waiting that long, up to a scheduler's time slice
-// while every processor is busy. A lease whose item
-// fails its check keeps its place in line: it waits again ahead of the
-// leases that first queued after it, in the order they first queued, and
-// MaxQueuedLeases does not refuse it. The wait ends with:
+// in a FIFO queue. A released or new item goes straight to the oldest
+// waiting lease, and a destroyed item's place, or an ended creation's turn,
+// goes to it as the right to create a fresh one: a woken lease never wakes
+// to nothing and no newcomer overtakes the queue. A grant skips leases whose
+// ctx has ended, so a storm of them does not delay the live ones. A Release
+// that hands its item over costs its caller only the hand-off and does not
+// yield its processor: the releasing request goes on, or ends, at once. The
+// woken lease runs on an idle processor, when the releaser ends or blocks,
+// or when the next lease to come to the pool on that processor steps aside
+// for it once; a releaser computing on without coming back to the pool keeps
+// it waiting that long, up to a scheduler's time slice while every processor
+// is busy. A lease whose item fails its check keeps its place: it waits
+// again ahead of the leases that first queued after it, in the order they
+// first queued, and MaxQueuedLeases does not refuse it. The wait ends with:
 //
 //   - an item;
 //   - [ErrLeaseTimeout], once Options.LeaseTimeout has passed since the
-//     Lease call; its message says what the pool was doing, as in pool:
+//     Lease call, with a message saying what the pool was doing, as in pool:
 //     lease timeout: pool "db": every item stayed in use (MaxSize 10) for
-//     5s; 31 leases waiting, 2 items being created, 0 being destroyed; when
-//     a creation failed since the Lease call, it wraps the last one's error
-//     too, which [errors.Is] and [errors.As] reach;
-//   - ctx.Err() when the caller's ctx ends first, as it is, never
-//     ErrLeaseTimeout, so that a pool too small and a caller out of time are
-//     told apart with [errors.Is]: a pool's error matches
-//     [context.DeadlineExceeded] or [context.Canceled] only when the
-//     caller's own ctx ended, never for CreateTimeout, PreparationTimeout
-//     or Close ending a creation or check (errors.As still finds the
-//     factory's own error types);
+//     5s; 31 leases waiting, 2 items being created, 0 being destroyed; if a
+//     creation failed since the Lease call, it also wraps the last one's
+//     error, for [errors.Is] and [errors.As];
+//   - ctx.Err() itself when the caller's ctx ends first, never
+//     ErrLeaseTimeout, so [errors.Is] tells a pool too small from a caller
+//     out of time: a pool's error matches [context.DeadlineExceeded] or
+//     [context.Canceled] only when the caller's own ctx ended, never when
+//     CreateTimeout, PreparationTimeout or Close ends a creation or check;
 //   - [ErrClosed] when the pool closes.
 //
 // Giving up wins at the instant of a grant: a waiter whose item and ended
-// ctx arrive together passes the item on and returns its error, so no item
-// is lost and no caller that gave up walks away with one.
+// ctx arrive together passes the item on and returns its error; no item is
+// lost and no caller that gave up gets one.
 //
 // [Pool.TryLease] never waits: with every item in use, leases waiting, or
-// the creations at their cap, it returns [ErrExhausted]. With Options.MaxQueuedLeases a Lease that would
-// wait behind that many fails at once with ErrExhausted too.
+// the creations at their cap, it returns [ErrExhausted]. With
+// Options.MaxQueuedLeases a Lease that would wait behind that many fails at
+// once with ErrExhausted too.
 //
 // Every error the pool returns wraps one of its sentinels, is the caller's
 // ctx.Err(), or wraps your factory's or Preparer's error ([errors.As] finds
 // it), and names the pool: [ErrClosed], [ErrLeaseTimeout], [ErrExhausted],
-// [ErrBackendDown] (see When the backend is down), [ErrPreparationTimeout]
-// (a fresh item's check took too long),
-// [ErrInvalidOptions] (the message names the field).
+// [ErrBackendDown], [ErrPreparationTimeout] (a fresh item's check took too
+// long), [ErrInvalidOptions] (the message names the field).
 //
 // Errors with no caller to go to (a failed Reset or Destroy, a creation
-// whose caller gave up, the background's creations) are logged through
+// whose caller gave up, the background's creations) are logged to
 // Options.Logger at Warn, with pool.name and err. A panic in the factory,
 // the Preparer or Reset leaves the pool consistent and reaches the caller
-// whose call ran it, with the stack where it happened; where the pool ran
-// that code on its own account it is logged instead. A callback that calls
+// whose call ran it, with the stack where it happened; if the pool ran that
+// code on its own account, it is logged instead. A callback that calls
 // [runtime.Goexit] loses no place in the pool and leaves no item
 // undestroyed.
 //
 // # Stats
 //
-// [Pool.Stats] returns a snapshot whose figures about items now are derived
+// [Pool.Stats] returns a snapshot; its figures about current items derive
 // from the pool's own bookkeeping, never kept twice. In every snapshot
 // ItemsAllocated == ActiveLeases + ItemsAvailable, Destroyed + Detached <=
 // Created, and the items in existence stay within MaxSize but while
@@ -182,8 +169,8 @@
 //   - gauges: pool.items.allocated, pool.items.available,
 //     pool.leases.active, pool.leases.queued, pool.items.max (MaxSize now:
 //     saturation is pool.leases.active / pool.items.max), pool.items.min,
-//     pool.utilization, pool.backend.down (1 while the pool is down, see
-//     When the backend is down; else 0); the counter pool.leases.granted;
+//     pool.utilization, pool.backend.down (1 while the pool is down, else
+//     0); the counter pool.leases.granted;
 //   - pool.lease.wait_time: the wait of each lease that queued;
 //   - pool.lease.use_time: how long leases were held, a uniform sample of
 //     one lease in 512 per processor (its quantiles are the leases', its
@@ -202,37 +189,34 @@
 //
 // # Tracing
 //
-// A [Tracer], set as Options.Tracer, sees each Lease, TryLease and Do in
-// the caller's goroutine: LeaseStart as it begins (the ctx it returns is the
-// one the lease goes on with), LeaseEnd as it returns, with a [LeaseTrace]
-// of its wait, creation and checks, and Released as a granted lease ends,
-// with a [ReleaseTrace]. A panic in a Tracer goes on to the caller once the
-// pool has accounted for the lease. examples/tracing adapts it to
-// OpenTelemetry spans. With Tracer nil it costs a compare.
+// A [Tracer], set as Options.Tracer, sees each Lease, TryLease and Do in the
+// caller's goroutine: LeaseStart as it begins (the lease goes on with the
+// ctx it returns), LeaseEnd as it returns, with a [LeaseTrace] of its wait,
+// creation and checks, and Released as a granted lease ends, with a
+// [ReleaseTrace]. A Tracer's panic reaches the caller once the pool has
+// accounted for the lease. examples/tracing adapts it to OpenTelemetry
+// spans. With Tracer nil it costs a compare.
 //
 // # Leaks
 //
-// A lease dropped without being ended is found by the garbage collector:
-// the pool counts it in Stats.Leaked and calls Options.OnLeak with a
-// [LeakReport]; its item is neither destroyed nor reused. This is always on
-// and costs a lease nothing.
+// A lease dropped unended is found by the garbage collector: the pool counts
+// it in Stats.Leaked and calls Options.OnLeak with a [LeakReport]; its item
+// is neither destroyed nor reused. Always on, it costs a lease nothing.
 //
-// With Options.LeakThreshold, each lease notes when it began (a clock
-// read), and a lease still held that long is reported once, between
-// LeakThreshold and 1.5 × LeakThreshold after it began (for 8 ms or more),
-// to OnLeak with Held true and to the Logger at Warn, and counted in
-// Stats.LongLeases; when it ends the Logger says so at Info. With
-// Options.TrackLeaseSites each lease records where it was taken, for
-// LeakReport.Stack: this slows every lease, so turn it on while hunting a
-// leak. After Close returns, OnLeak and the Logger hear nothing more of
-// the watcher.
+// With Options.LeakThreshold, each lease notes when it began (a clock read),
+// and a lease still held that long is reported once, between LeakThreshold
+// and 1.5 × LeakThreshold after it began (for 8 ms or more), to OnLeak with
+// Held true and to the Logger at Warn, and counted in Stats.LongLeases; when
+// it ends the Logger says so at Info. With Options.TrackLeaseSites each
+// lease records where it was taken, for LeakReport.Stack: this slows every
+// lease, so turn it on to hunt a leak. After Close returns, OnLeak and the
+// Logger hear nothing more of the watcher.
 //
 // # When leases time out
 //
-// [ErrLeaseTimeout] says that every item stayed in use for LeaseTimeout
-// (or that creations stayed at MaxConcurrentCreates, when its message says
-// so): the load needs more than MaxSize items, or something holds them too
-// long.
+// [ErrLeaseTimeout] means every item stayed in use for LeaseTimeout (or,
+// when its message says so, that creations stayed at MaxConcurrentCreates):
+// the load needs more than MaxSize items, or something holds them too long.
 // Look at [Pool.Stats] (ActiveLeases against MaxSize, QueuedLeases,
 // Timeouts, Leaked, LongLeases), then [Pool.Outstanding] (the leases out
 // now, oldest first, with their ages and, with TrackLeaseSites, their
@@ -243,59 +227,55 @@
 //
 // # When the backend is down
 //
-// Without options, each lease that finds no idle item calls the factory:
-// while the server is down, every one of them waits out its own dial (up to
-// CreateTimeout), up to MaxSize dials at once. Three options change that:
+// By default each lease that finds no idle item calls the factory: while the
+// server is down, each waits out its own dial (up to CreateTimeout), up to
+// MaxSize dials at once. Three options change that:
 //
 //   - Options.FailFastAfter: after that many failed creations in a row the
-//     pool is down. A lease that would have to create fails at once with an
-//     error wrapping [ErrBackendDown] and the last creation's error, so
-//     errors.Is(err, syscall.ECONNREFUSED) still works, and takes no place
-//     and no turn to create; a lease that finds an idle item gets it. One
-//     creation in the background probes the server, with backoff (doubling
-//     up to UpkeepInterval, or 30 s without the upkeep), never starved by
-//     leases: the pool is up within one backoff step of the server's
-//     return, however many leases keep coming, and the probe's item goes to
-//     the oldest waiting lease. Stats.BackendDown and the metric
+//     pool is down. A lease that would create fails at once, taking no place
+//     and no turn to create, with an error wrapping [ErrBackendDown] and the
+//     last creation's error, so errors.Is(err, syscall.ECONNREFUSED) still
+//     works; a lease that finds an idle item gets it. One background
+//     creation probes the server with backoff (doubling up to
+//     UpkeepInterval, or 30 s without the upkeep), never starved by leases:
+//     however many keep coming, the pool is up within one backoff step of
+//     the server's return. Stats.BackendDown and the metric
 //     pool.backend.down say whether the pool is down; the Logger hears once
 //     when it goes down (Warn) and once when it comes back (Info).
-//   - Options.MaxConcurrentCreates: the dials at once, leases' and
+//   - Options.MaxConcurrentCreates caps the concurrent dials, leases' and
 //     background's together, so a cold start or a Clear after a failover
-//     does not open MaxSize connections at the same instant.
-//   - Options.MaxUses: an item is destroyed after that many leases, so
+//     does not open MaxSize connections at once.
+//   - Options.MaxUses destroys an item after that many leases, so
 //     connections move to a server added behind a load balancer.
 //
 // The first two require Options.CreateTimeout: a dial that never returned
-// would hold its turn for good, and never count as failed. Without
-// FailFastAfter, [ErrLeaseTimeout] still says why no item came: it wraps
-// the last creation error when one failed during the wait.
-// examples/outage shows FailFastAfter and MaxConcurrentCreates at work
-// against a server it stops and restarts.
+// would hold its turn for good, and never count as failed. examples/outage
+// shows both at work against a server it stops and restarts.
 //
 // # Upkeep
 //
 // Expiry needs no goroutine: with IdleTimeout or MaxLifetime set, the first
-// lease or release after a sweep falls due (every half of the smaller
-// limit) destroys every idle item past its time, wherever it sits.
+// lease or release after a sweep falls due (every half of the smaller limit)
+// destroys every idle item past its time, wherever it sits.
 //
-// Options.UpkeepInterval starts one goroutine per pool that, every
-// interval, destroys expired idle items, checks the items idle past
-// CheckAfterIdle with the Preparer, and creates items up to MinSize (and
-// the spares of MinIdle); a failed creation brings the next round sooner.
-// Close stops it and waits for its callbacks; after Close returns none runs.
-// With the upkeep on, idle expiry never takes the pool below MinSize.
+// Options.UpkeepInterval starts one goroutine per pool that, every interval,
+// destroys expired idle items, checks the items idle past CheckAfterIdle
+// with the Preparer, and creates items up to MinSize (and the spares of
+// MinIdle); a failed creation brings the next round sooner. Close stops it
+// and waits for its callbacks; after Close returns none runs. With the
+// upkeep on, idle expiry never takes the pool below MinSize.
 //
-// [Pool.SetMaxSize] changes MaxSize at run time: growing serves the
-// waiting leases at once, shrinking destroys idle items beyond it now and
-// leased ones as they come back.
+// [Pool.SetMaxSize] changes MaxSize at run time: growing serves the waiting
+// leases at once, shrinking destroys idle items beyond it now and leased
+// ones as they come back.
 //
 // # Configuration
 //
 // [Options] decodes strictly from JSON keyed by the field names, durations
 // as strings: {"MaxSize": 20, "LeaseTimeout": "30s"}; a typo is an error
-// that suggests the field meant ([Options.UnmarshalJSON]). [Options.Validate]
-// runs exactly New's checks, so a reloaded configuration can be checked
-// before it is applied:
+// that suggests the field meant ([Options.UnmarshalJSON]).
+// [Options.Validate] runs exactly New's checks, so you can check a reloaded
+// configuration before applying it:
 //
 //	if err := next.Validate(); err != nil {
 //		return err // keep running with the old configuration
@@ -304,29 +284,19 @@
 //
 // # Footguns
 //
-// The pool defuses a double or stale Release (a no-op), use after release
-// (Value panics), a wait that never ends (LeaseTimeout, ctx, Close), a
-// waiter canceled as it is handed an item, an impatient caller costing a
-// second dial, idle connections the server dropped (a Preparer), and
-// panicking user code.
+// The pool cannot defuse these:
 //
-// It cannot defuse these:
-//
-//   - A lease never ended keeps its item for the life of the pool; leak
-//     MaxSize of them and every lease times out. Always defer l.Release().
+//   - A lease never ended keeps its item for good; leak MaxSize of them and
+//     every lease times out.
 //   - A Destroy or factory that ignores its deadline holds its place under
 //     MaxSize (and a factory its turn under MaxConcurrentCreates) until it
 //     returns, and Close waits for it: set DestroyTimeout and bound your
 //     dials. Reset runs in Release: keep it quick.
-//   - MinSize > 0 makes New fail while the server is down, unless
-//     SeedInBackground is set.
-//   - A Preparer, IdleTimeout, MaxLifetime and TrackLeaseSites put every
-//     lease on the slow path; set CheckAfterIdle when a check costs a round
-//     trip.
+//   - A Preparer, IdleTimeout and MaxLifetime put every lease on the slow
+//     path; set CheckAfterIdle when a check costs a round trip.
 //   - PreparationTimeout bounds one item's check, not the lease: bound the
 //     lease with its ctx.
 //
 // [docs/DESIGN.md]: https://github.com/msl-armory/pool/blob/main/docs/DESIGN.md
-// [docs/TESTING.md]:
-// https://github.com/msl-armory/pool/blob/main/docs/TESTING.md
+// [docs/TESTING.md]: https://github.com/msl-armory/pool/blob/main/docs/TESTING.md
 package pool
