@@ -416,10 +416,10 @@ func BenchmarkOutstanding(b *testing.B) {
 	}
 }
 
-// BenchmarkWatcherScan measures one scan of the watcher of LeakThreshold
-// over a pool's items, none leased: what the watcher costs the process
-// every LeakThreshold/8 while nothing is out (docs/DESIGN.md, "The
-// watcher").
+// BenchmarkWatcherScan measures one scan of LeakThreshold's over a pool's
+// items, none leased: what the keeper's scans cost the process every
+// LeakThreshold/8 while nothing is out (docs/DESIGN.md, "Who holds the
+// items").
 func BenchmarkWatcherScan(b *testing.B) {
 	for _, n := range []int{16, 1000} {
 		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {

@@ -218,10 +218,11 @@
 // when its message says so, that creations stayed at MaxConcurrentCreates):
 // the load needs more than MaxSize items, or something holds them too long.
 // Look at [Pool.Stats] (ActiveLeases against MaxSize, QueuedLeases,
-// Timeouts, Leaked, LongLeases), then [Pool.Outstanding] (the leases out
-// now, oldest first, with their ages and, with TrackLeaseSites, their
-// stacks: cheap enough for a debug handler under load), then set
-// LeakThreshold a little above the longest lease your code should hold.
+// Timeouts, Leaked, LongLeases), then set LeakThreshold a little above the
+// longest lease your code should hold: it reports the leases held longer,
+// and [Pool.Outstanding] lists the leases out now, oldest first, with
+// their ages and, with TrackLeaseSites, their stacks (cheap enough for a
+// debug handler under load).
 // Raise MaxSize only when the leases are short and the load is real.
 // examples/holders shows the whole story.
 //
@@ -258,12 +259,20 @@
 // lease or release after a sweep falls due (every half of the smaller limit)
 // destroys every idle item past its time, wherever it sits.
 //
-// Options.UpkeepInterval starts one goroutine per pool that, every interval,
-// destroys expired idle items, checks the items idle past CheckAfterIdle
-// with the Preparer, and creates items up to MinSize (and the spares of
-// MinIdle); a failed creation brings the next round sooner. Close stops it
-// and waits for its callbacks; after Close returns none runs. With the
-// upkeep on, idle expiry never takes the pool below MinSize.
+// A pool runs at most one goroutine of its own in the background, whatever
+// the options, and only when they give it work: the upkeep, the creations
+// of SeedInBackground, MinIdle, Clear's refill and FailFastAfter's probe,
+// and LeakThreshold's scans. (User callbacks may run on short-lived
+// goroutines of the pool's besides: Destroy, OnLeak, a creation whose
+// lease gave up.) It holds the pool weakly, so a pool dropped without
+// Close is collected, and the goroutine ends. Close stops it and waits for
+// its callbacks; after Close returns none runs.
+//
+// Options.UpkeepInterval makes it, every interval, destroy expired idle
+// items, check the items idle past CheckAfterIdle with the Preparer, and
+// create items up to MinSize (and the spares of MinIdle); a failed
+// creation brings the next round sooner. With the upkeep on, idle expiry
+// never takes the pool below MinSize.
 //
 // [Pool.SetMaxSize] changes MaxSize at run time: growing serves the waiting
 // leases at once, shrinking destroys idle items beyond it now and leased

@@ -878,7 +878,7 @@ const ftChildEnv = "POOL_FT_CHILD"
 // TestFaultDestroyPanicOfAbandonedCreationAfterClose: an abandoned
 // creation that finishes after Close hands its item to its Destroy, which
 // runs on a goroutine of the pool's (createAsync → adopt → giveBack →
-// giveBackToGate → destroyLater), as every Destroy does (doc.go,
+// giveBackToGate → destroyer.later), as every Destroy does (doc.go,
 // "Lifecycle of an item": Destroyed). Nobody can recover a panic there, so
 // it must not escape that goroutine, which would end the whole program:
 // it is logged and counted (doc.go, "Waiting and errors"). The

@@ -902,7 +902,7 @@ func (m *fzModel) runGranted() {
 	}
 }
 
-// toDestroy is the pool's destroyLater: item id, whose permit the caller
+// toDestroy is the pool's destroyer.later: item id, whose permit the caller
 // holds, goes to its Destroy with that permit, which it keeps until the
 // Destroy ends (endDestroys). During a shrink, its leaving may let the
 // items fit.

@@ -141,7 +141,7 @@ type leaseRecord struct {
 	// unchanged around its load knows whether the record is that lease's.
 	start atomic.Int64
 	// reported is the generation plus one of the lease reported as held
-	// past LeakThreshold, while its end has not been logged (watcher.go).
+	// past LeakThreshold, while its end has not been logged (observer.go).
 	reported atomic.Uint64
 
 	// With TrackLeaseSites, the stack of the lease of generation lease-1,

@@ -184,15 +184,16 @@ type Options[T any] struct {
 	// delay; below 8 ms, within LeakThreshold + 3 ms): to OnLeak, and to
 	// Logger at Warn with its age (and, with TrackLeaseSites, the stack that
 	// took it) instead of err; its end is logged at Info with its final age as
-	// age. It also gives Outstanding its ages. It costs each lease a clock
-	// read, each release a load and a compare, and a goroutine, from New to
-	// Close, reading the leases' starts every LeakThreshold/8 (at most once
-	// a millisecond). 0: never.
+	// age. It also makes Outstanding list the leases, with their ages. It
+	// costs each lease a clock read, each release a load and a compare, and
+	// the pool's background goroutine a read of the leases' starts every
+	// LeakThreshold/8 (at most once a millisecond). 0: never.
 	LeakThreshold time.Duration
 
 	// TrackLeaseSites records on every lease when and where (the stack of
 	// the Lease call, up to 32 frames) it was taken, for LeakReport and
-	// Outstanding. Off (and without LeakThreshold), leak detection costs
+	// Outstanding, which lists the leases with it. Off (and without
+	// LeakThreshold), Outstanding returns nil and leak detection costs
 	// nothing per lease. On, every lease walks its caller's stack, making a
 	// lease and release many times as costly, and each item takes about 300
 	// bytes more; still no allocation per lease. For tests, debugging, or
@@ -200,8 +201,9 @@ type Options[T any] struct {
 	TrackLeaseSites bool
 
 	// UpkeepInterval runs the pool's upkeep this often (spread by up to
-	// ±10 %, measured from the start of the previous round) on one goroutine
-	// that Close stops, canceling its checks and creations. A round destroys
+	// ±10 %, measured from the start of the previous round) on the pool's
+	// one background goroutine, which Close stops, canceling its checks and
+	// creations. A round destroys
 	// the idle items past IdleTimeout or their lifetime; with a Preparer and
 	// CheckAfterIdle, checks the items idle that long; and creates items
 	// until MinSize exist, never past MaxSize or while leases wait (failures

@@ -110,10 +110,11 @@ func (r *slots[T]) init() {
 }
 
 // countLease counts a lease on pinned processor pid and returns the prior
-// count, for sampledForUse. When pinning, a slot's counter is written only
-// by its own pinned processor, so a plain load and store cannot race.
-// Processors past the row's end, and the portable build, share counters
-// and add atomically.
+// count, for observer.sampled. When pinning, a slot's counter is written
+// only by its own pinned processor, so an atomic load and then an atomic
+// store (an XCHG on amd64, but no read-modify-write a rival could
+// interleave with) lose no count. Processors past the row's end, and the
+// portable build, share counters and add atomically.
 func (r *slots[T]) countLease(pid int) (k uint64) {
 	if pinsProcessor && pid <= r.mask {
 		s := &r.s[pid]
