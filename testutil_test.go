@@ -533,10 +533,10 @@ func awaitBackground[T any](t testing.TB, p *Pool[T]) {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	for p.done.Err() == nil {
-		if p.kp.wants.Load() == 0 {
-			p.kp.turn.Lock() // a turn under way ends
+		if p.kp.wants.Load() == 0 && p.kp.turn.TryLock() { // no turn under way
+			idle := p.kp.wants.Load() == 0
 			p.kp.turn.Unlock()
-			if p.kp.wants.Load() == 0 {
+			if idle {
 				return
 			}
 		}
