@@ -10,33 +10,20 @@ import (
 )
 
 // gate is the capacity gate: a weighted semaphore of size MaxSize with a
-// FIFO queue of waiters and direct hand-off. The per-processor slots of the
-// idle ring (ring.go) sit in front of it.
-//
-// A permit is the right to hold one item outside the idle queue: leased,
-// being created or destroyed, or parked in a slot. A lease takes its permit
-// in the same critical section as it looks at the idle queue and creates an
-// item only when none is idle, so held + idle <= size bounds the items.
-//
-// A bare permit (no item yet) is the right to create one and takes one of
-// maxCreating turns to create, until the creation ends or the holder takes
-// an idle item instead (creating counts them).
+// FIFO queue of waiters and direct hand-off, behind ring.go's slots. A
+// permit is the right to hold one item outside the idle queue (leased,
+// being created or destroyed, or parked); a lease takes it in the critical
+// section where it looks at the idle queue, creating only if none is idle,
+// so held + idle <= size bounds the items.
 //
 // One mutex guards count, waiters and idle items, so a release decides
 // "oldest waiter, or idle queue?" atomically (docs/DESIGN.md, "Why one
-// mutex"). While waiters queue no permit is free, or no turn to create: a
-// release hands its item, or its bare permit, straight to the oldest waiter,
-// and a creation's end its turn, so no waiter wakes to nothing and no lease
-// overtakes the queue.
-//
-// While the backend is down (down), the gate grants no right to create but
-// the probe's (tryAcquireFill): a lease that would have to create is
-// refused, and a waiter that would get a bare permit gets ErrBackendDown
-// instead, so the permits and turns stay free for the probe.
-//
-// Critical sections and the wake-ups after them run unpreemptible (lock,
-// unlock; docs/DESIGN.md, "Not preempted while holding the lock"), so
-// nothing there may block.
+// mutex"). While waiters queue, no permit, or no turn, is free: a release
+// hands its item or bare permit to the oldest waiter, a creation's end its
+// turn, so no waiter wakes to nothing and no lease overtakes the queue.
+// Critical sections and their wake-ups run unpreemptible (lock, unlock;
+// docs/DESIGN.md, "Not preempted while holding the lock"): nothing there
+// may block.
 type gate[T any] struct {
 	slots slots[T]
 
@@ -44,17 +31,16 @@ type gate[T any] struct {
 	size      int // MaxSize; changed by resize
 	maxQueued int // MaxQueuedLeases; 0: no limit
 	held      int // permits held, including those of entries parked in slots
-	// creating counts the bare permits, each a turn to create, up to
-	// maxCreating (MaxConcurrentCreates, or no cap).
+	// creating counts bare permits (no item yet), each a turn to create until
+	// the creation ends or its holder takes an idle item; at most maxCreating.
 	creating, maxCreating int
 	closed                bool
-	// down: FailFastAfter's verdict that the backend is down (create.go,
-	// "Fail fast"). Written under mu by setDown; read without it by the
-	// creations and Stats.
+	// down: FailFastAfter's verdict (create.go, "Fail fast"); while set only
+	// the probe may create, so permits and turns stay free for it. Written
+	// under mu by setDown; read without it by the creations and Stats.
 	down atomic.Bool
-	// dying: permits of items on their way to Destroy, counted as they
-	// leave the idle ring or their holder, until Destroy returns. They count
-	// against size, but a shrink need not shed them again.
+	// dying: permits, in held, of items from leaving the idle ring or their
+	// holder until Destroy returns; a shrink need not shed them again.
 	dying int
 	idle  idleQueue[T]
 	// fastLeases counts leases acquire completed, under the lock already
@@ -63,8 +49,7 @@ type gate[T any] struct {
 	waiters    waitQueue[T]
 	settles    []settle  // what Close and Shutdown wait for: see whenSettled
 	spare      sync.Pool // of *waiter[T]
-	// woken: waiters granted under the lock, linked by wakeNext, for
-	// unlock to wake after releasing it.
+	// woken: the waiters granted under the lock, for unlock to wake after.
 	woken *waiter[T]
 }
 
@@ -73,16 +58,14 @@ type waiter[T any] struct {
 	// ready receives exactly one token per grant, sent by gate.unlock.
 	ready chan struct{}
 	// The grant, written under gate.mu before the token is sent: the item,
-	// or nil for a bare permit; or err (ErrClosed, ErrBackendDown) and no
-	// permit.
+	// nil for a bare permit, or err (ErrClosed, ErrBackendDown) and no permit.
 	e       *entry[T]
 	err     error
 	granted bool
-	// skipped: a grant found done closed and dequeued w without a grant or
-	// a token; w's own wait ends with its ctx. Stored under gate.mu after
-	// the grant's last touch of w, so that leave may read it without the
-	// lock: a storm of ended leases does not queue on gate.mu ahead of the
-	// Release that reaches the live one.
+	// skipped: a grant found done closed and dequeued w with no grant or
+	// token. Stored under gate.mu after the grant's last touch of w, so leave
+	// reads it unlocked: ended leases do not queue on gate.mu ahead of the
+	// Release that reaches a live one.
 	skipped atomic.Bool
 	// done is the lease's ctx.Done(), for grants to skip a lease that gave
 	// up; ticket, its place in line (see waitQueue).
@@ -95,11 +78,9 @@ type waiter[T any] struct {
 	wokeOn     *slot[T]    // the slot of the processor its grant woke it on, until it runs
 }
 
-// waitQueue is an intrusive list of waiters in the order of their tickets,
-// guarded by gate.mu. A lease's ticket is its place in line, taken when it
-// first queues (pushBack: each a higher one) and kept when it queues again
-// after its item failed its check (pushAgain); a lease that held a permit
-// without waiting has ticket 0, since nobody waited when it took it.
+// waitQueue is an intrusive list of waiters by ticket, their place in line,
+// under gate.mu: issued on first queueing (pushBack), kept on queueing again
+// after a failed check (pushAgain), 0 for a permit taken while none waited.
 type waitQueue[T any] struct {
 	head, tail *waiter[T]
 	n          int
@@ -113,9 +94,8 @@ func (q *waitQueue[T]) pushBack(w *waiter[T]) {
 	q.insertBefore(w, nil)
 }
 
-// pushAgain queues w, keeping its ticket, behind the waiters whose tickets
-// are not later: only leases queued again can be ahead of it, at most one
-// per item.
+// pushAgain queues w behind the waiters whose tickets are not later: only
+// leases queued again can be ahead of it, at most one per item.
 func (q *waitQueue[T]) pushAgain(w *waiter[T]) {
 	next := q.head
 	for next != nil && next.ticket <= w.ticket {
@@ -155,12 +135,10 @@ func (q *waitQueue[T]) remove(w *waiter[T]) {
 	q.n--
 }
 
-// grantOldest grants the oldest waiter e (nil: the bare permit) or err,
-// reporting false when no one waits. Caller holds g.mu and releases it
-// with unlock, which wakes the waiter. A waiter whose ctx has ended is
-// dequeued unwoken (skipped) instead: it is awake already, and its own
-// leave returns its ctx's error, so a grant passes a storm of ended leases
-// without a wake-up or a hand-off each.
+// grantOldest grants the oldest waiter e (nil: a bare permit) or err, else
+// reports false; caller holds g.mu, whose unlock wakes the waiter. Waiters
+// whose ctx ended are dequeued unwoken (skipped): awake already, their own
+// leave returns the ctx's error, so ended leases cost no wake-up or hand-off.
 func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 	for w := g.waiters.head; w != nil; w = g.waiters.head {
 		g.waiters.remove(w)
@@ -192,11 +170,9 @@ func (g *gate[T]) lock() {
 	preemptOff()
 }
 
-// unlock releases g.mu, then wakes the waiters granted under it: waking
-// takes the scheduler's locks, which must not hold up other processors'
-// leases. It stays unpreemptible until the last wake-up, or a granted
-// waiter could sleep on its item while we sit in the run queue. Each woken
-// waiter is marked in this processor's slot (slot.woke) until it runs.
+// unlock releases g.mu, then wakes the waiters granted under it: waking takes
+// scheduler locks that must not hold up other leases. Unpreemptible till the
+// last wake-up: preempted, we would leave a granted waiter asleep on its item.
 func (g *gate[T]) unlock() {
 	w := g.woken
 	g.woken = nil
@@ -215,12 +191,9 @@ func (g *gate[T]) unlock() {
 	preemptOn()
 }
 
-// stepAside lets the lease this processor woke last run first, once, if
-// it has not run yet: a goroutine that handed its item to a waiter and
-// leases again goes behind the lease it woke (docs/DESIGN.md, "The
-// releaser's turn"). A Release never yields: whoever comes to the gate
-// next on its processor does, and a releaser that ends or blocks yields
-// nothing.
+// stepAside yields once if the lease this processor woke last has not run,
+// so a releaser leasing again goes behind it (docs/DESIGN.md, "The releaser's
+// turn"). A Release never yields; the next acquire on its processor does.
 func (g *gate[T]) stepAside() {
 	s := &g.slots.s[procPin()&g.slots.mask]
 	woken := s.woke.Load() != nil
@@ -264,18 +237,15 @@ type waitChoice uint8
 const (
 	mayWait waitChoice = iota // Lease, Do: at the tail, within MaxQueuedLeases
 	noWait                    // TryLease: not at all
-	// waitAgain: a Lease whose idle item failed its judgement. It keeps its
-	// ticket (see waitQueue), so it queues ahead of the leases that queued
-	// after it first did, whatever MaxQueuedLeases.
+	// waitAgain: a Lease whose idle item failed its judgement; it keeps its
+	// place in line (see waitQueue), whatever MaxQueuedLeases.
 	waitAgain
 )
 
-// acquire takes a permit with the newest idle entry, or a bare permit when
-// none is idle, without waiting. Otherwise (or when others wait: a newcomer
-// never overtakes the queue) it queues the caller in the same critical
-// section and returns its waiter for await, unless the lease is refused.
-// completes: an idle entry completes the lease, counted in fastLeases.
-// ticket: a waitAgain lease's place in line (see waitQueue).
+// acquire takes, without waiting, a permit with the newest idle entry, or a
+// bare permit if none is idle; else, or if others wait, it queues the caller
+// in the same critical section and returns its waiter for await, unless
+// refused. completes: an idle entry completes the lease. ticket: see waitAgain.
 func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, ticket uint64) (e *entry[T], w *waiter[T], a admission) {
 	g.stepAside()
 	g.lock()
@@ -293,8 +263,7 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, 
 		g.unlock()
 		return nil, nil, refusedQueueFull
 	}
-	// ctx.Err, ctx.Done and sync.Pool.Get may take locks: call them
-	// preemptible, still under g.mu.
+	// ctx.Err, ctx.Done, sync.Pool.Get may take locks: preemptible, under g.mu.
 	preemptOn()
 	if ctx.Err() != nil {
 		g.mu.Unlock()
@@ -314,10 +283,9 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, 
 	return nil, w, queued
 }
 
-// mustCreateWhileDown reports whether a lease that found no idle item
-// would have to create one, a permit being free, while the backend is
-// down: it is refused at once rather than queued for a turn it could not
-// use. Caller holds g.mu.
+// mustCreateWhileDown reports whether a lease finding no idle item would
+// create, a permit being free, while the backend is down: then it is refused,
+// not queued for a turn it could not use. Caller holds g.mu.
 func (g *gate[T]) mustCreateWhileDown() bool {
 	return g.down.Load() && g.held+g.idle.len() < g.size
 }
@@ -354,9 +322,8 @@ func (g *gate[T]) newWaiter() *waiter[T] {
 	return w
 }
 
-// acquireLocked, when nobody queues, takes a permit with the newest idle
-// entry, else a parked one (which brings its permit), else a bare permit
-// with a nil entry for the caller to create. Caller holds g.mu.
+// acquireLocked (caller holds g.mu), when nobody queues, takes a permit with
+// the newest idle entry, else a parked one and its permit, else a bare permit.
 func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	if g.waiters.n > 0 {
 		return nil, false
@@ -376,12 +343,11 @@ func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
 	return nil, false
 }
 
-// setBypass turns the slots' bypass on when needed and reports whether it
-// came on; then the caller must steal every parked entry. Called under g.mu
-// after every change to closed or to the waiters, and by resize.
-// Only bypassOff turns it off, once nobody waits, so leases still blocked
-// on g.mu on their way into the queue are not overtaken by the fast path
-// (docs/DESIGN.md, "The bypass protocol").
+// setBypass turns the slots' bypass on when needed, reporting whether it
+// came on: then the caller must steal every parked entry. Called under g.mu
+// after every change to closed or the waiters, and by resize. Only bypassOff
+// turns it off, once nobody waits, so leases blocked on g.mu on their way
+// into the queue are not overtaken (docs/DESIGN.md, "The bypass protocol").
 func (g *gate[T]) setBypass() (cameOn bool) {
 	if !g.bypassNeeded() || g.slots.bypass.Load() {
 		return false // the common case: no write to the slots' header
@@ -410,13 +376,11 @@ func (g *gate[T]) bypassOff() {
 }
 
 // await waits for a grant to w, the end of ctx or timeout (if positive), or
-// the gate's closing. On success the caller holds a permit and e, if not
-// nil. waited is the wait as Stats.Waits and WaitTime count it; expired,
-// that the timeout ended it. On error e is nil except as giveUp says.
-//
-// Giving up wins over a simultaneous grant, whichever case the select
-// chose: the grant is passed on, as x/sync/semaphore does since
-// go.dev/issue/63615. A caller whose ctx ended must not walk away with an item.
+// the gate's closing. On success the caller holds a permit and e, if not nil;
+// on error e is nil except as giveUp says. waited is the wait Stats.Waits and
+// WaitTime count; expired, that the timeout ended it. Giving up beats a
+// simultaneous grant, passed on as in x/sync/semaphore since
+// go.dev/issue/63615: a caller whose ctx ended must not walk away with an item.
 func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration) (e *entry[T], waited time.Duration, expired bool, err error) {
 	start := monotime() // outside the lock: this clock is slow on some VMs
 	timerC := w.arm(timeout)
@@ -462,18 +426,16 @@ func (w *waiter[T]) arm(timeout time.Duration) <-chan time.Time {
 	return w.timer.C
 }
 
-// disarm stops w's timer. If it fired unreceived, under
-// GODEBUG=asynctimerchan=1 a stale tick would end the next wait at once,
-// so the timer is dropped for a new one.
+// disarm stops w's timer, dropping one that fired unreceived: under
+// GODEBUG=asynctimerchan=1 its stale tick would end the next wait at once.
 func (w *waiter[T]) disarm(expired bool) {
 	if w.timer != nil && !w.timer.Stop() && !expired {
 		w.timer = nil
 	}
 }
 
-// wait blocks until w is granted, ctx ends or timerC fires. When a grant
-// and a way of giving up are ready at once it reports both, and the caller
-// gives up.
+// wait blocks until w is granted, ctx ends or timerC fires; if a grant and
+// a way of giving up are ready at once it reports both (the caller gives up).
 func (w *waiter[T]) wait(ctx context.Context, timerC <-chan time.Time) (granted, expired bool, err error) {
 	done := ctx.Done()
 	if done == nil && timerC == nil {
@@ -502,11 +464,9 @@ var testHooks struct {
 	beforeWait, afterWait func()
 }
 
-// leave dequeues a waiter that gave up and reports whether a grant raced
-// with it. A grant came first iff granted is set under the lock; otherwise
-// removal under the lock (unless a grant skipped w, dequeuing it) makes
-// every later grant pass w by. On true, the token is received and the
-// caller must giveUp.
+// leave dequeues a waiter that gave up, reporting whether a grant came first:
+// iff granted is set under the lock, else removal (or a grant's skip) keeps
+// later grants off w. On true it has the token and the caller must giveUp.
 func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
 	if w.skipped.Load() {
 		return false // dequeued, and never to be granted
@@ -525,10 +485,9 @@ func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
 	return true
 }
 
-// giveUp passes on a grant that came as w gave up with err, so no permit
-// is lost, or reports the grant's error (Close's, or the backend down). If
-// the gate closed meanwhile, it returns the item, permit still held, for
-// the caller to destroy.
+// giveUp passes on a grant that came as w gave up with err, so no permit is
+// lost, or reports the grant's own error. If the gate closed meanwhile it
+// returns the item, permit still held, for the caller to destroy.
 func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry[T], _ error, _ bool) {
 	if w.err != nil {
 		return nil, w.err, false // Close, or the backend down, at this instant: say so
@@ -556,9 +515,8 @@ func (g *gate[T]) queuedLocked() {
 }
 
 // giveBack gives e and its permit to the oldest waiter, else e goes idle
-// and the permit comes free. It reports false, with nothing done, when the
-// gate is closed or shrinking: the caller destroys e and then frees its
-// permit.
+// and the permit comes free. On a closed or shrinking gate it does nothing
+// and reports false: the caller destroys e, then frees its permit.
 func (g *gate[T]) giveBack(e *entry[T]) (accepted bool) {
 	g.lock()
 	if g.closed || g.shrinking() {
@@ -570,8 +528,7 @@ func (g *gate[T]) giveBack(e *entry[T]) (accepted bool) {
 	return true
 }
 
-// giveBackLocked is giveBack without the refusal, also for the gate's own
-// moves of parked entries. Caller holds g.mu.
+// giveBackLocked: giveBack under g.mu without refusal (also for unparking).
 func (g *gate[T]) giveBackLocked(e *entry[T]) {
 	if g.grantOldest(e, nil) {
 		return
@@ -588,26 +545,23 @@ func (g *gate[T]) freeBare() {
 	g.unlock()
 }
 
-// free frees a permit held with no item: to the oldest waiter, as the
-// right to create one, or it comes free.
+// free frees a permit held with no item, as freeLocked does.
 func (g *gate[T]) free() {
 	g.lock()
 	g.freeLocked()
 	g.unlock()
 }
 
-// freeLocked frees a permit, then grants it as grantTurnsLocked does: while
-// items exceed size it retires instead (its item was one too many), and
-// without a turn to create for the waiter it stays free until the next
-// creation's end grants it.
+// freeLocked frees a permit and grants it as grantTurnsLocked does: while
+// items exceed size it retires (its item was one too many); with no turn for
+// the waiter it stays free until a creation's end grants it.
 func (g *gate[T]) freeLocked() {
 	g.dropPermitLocked()
 	g.grantTurnsLocked()
 }
 
-// createEnded gives back a turn to create: the creation ended, or its
-// holder did not create. With a permit free, the turn goes to the oldest
-// waiter.
+// createEnded gives back a turn to create, as the creation ended or its
+// holder did not create; with a permit free, it goes to the oldest waiter.
 func (g *gate[T]) createEnded() {
 	g.lock()
 	g.creating--
@@ -616,10 +570,9 @@ func (g *gate[T]) createEnded() {
 	g.unlock()
 }
 
-// grantTurnsLocked grants waiters, oldest first, a bare permit each while
-// a permit and a turn to create are free; while the backend is down, each
-// waiter that a free permit would let create gets ErrBackendDown instead.
-// Caller holds g.mu.
+// grantTurnsLocked grants waiters, oldest first, a bare permit each while a
+// permit and a turn are free; while the backend is down, each waiter a free
+// permit would let create gets ErrBackendDown instead. Caller holds g.mu.
 func (g *gate[T]) grantTurnsLocked() {
 	for g.waiters.n > 0 && g.held+g.idle.len() < g.size {
 		switch {
@@ -634,9 +587,8 @@ func (g *gate[T]) grantTurnsLocked() {
 	}
 }
 
-// setDown records FailFastAfter's verdict and reports whether it changed
-// it. Down, the waiters that would create fail at once; up, they get their
-// turns again.
+// setDown records FailFastAfter's verdict and reports a change: down, the
+// waiters that would create fail at once; up, they get their turns again.
 func (g *gate[T]) setDown(down bool) (changed bool) {
 	g.lock()
 	defer g.unlock()
@@ -656,8 +608,7 @@ func (g *gate[T]) toDestroy() {
 	g.unlock()
 }
 
-// destroyed frees the permit of an item whose Destroy returned or passed
-// DestroyTimeout.
+// destroyed frees the permit of an item whose Destroy returned or timed out.
 func (g *gate[T]) destroyed() {
 	g.lock()
 	g.dying--
@@ -681,10 +632,9 @@ const (
 	probeItem                  // none, and waiting leases do not stop it: FailFastAfter's probe
 )
 
-// tryAcquireFill takes a bare permit to create an item while fewer than n
-// items of kind count exist, a permit is free, and no lease waits (waiting
-// leases create their own); while the backend is down, for the probe only.
-// It leaves permits for the idle items too: held + idle stays within size.
+// tryAcquireFill takes a bare permit to create an item if fewer than n items
+// of kind count exist, a permit is free (held + idle < size) and no lease
+// waits (waiting leases create their own); while down, for the probe only.
 func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	g.lock()
 	defer g.unlock()
@@ -704,9 +654,8 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	return true
 }
 
-// short reports whether fewer than n items exist (but the dying) while a
-// permit is free, on an open gate: a fill stopped by waiting leases, or by
-// the creations' cap, before MaxSize did.
+// short reports whether, on an open gate, fewer than n items live while a
+// permit is free: a fill cut short by waiting leases or the creations' cap.
 func (g *gate[T]) short(n int) bool {
 	g.lock()
 	defer g.unlock()
@@ -721,9 +670,8 @@ func (g *gate[T]) unparkLocked() {
 	}
 }
 
-// takeIdle returns the newest idle or a parked entry, or nil, for a caller
-// holding a bare permit, which keeps its turn to create only on nil. A
-// parked entry's own permit is freed.
+// takeIdle gives a bare permit's holder the newest idle entry, or a parked
+// one (freeing its own permit), or nil: only then is the turn to create kept.
 func (g *gate[T]) takeIdle() *entry[T] {
 	g.lock()
 	defer g.unlock()

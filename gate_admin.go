@@ -2,18 +2,14 @@ package pool
 
 import "slices"
 
-// The gate's administration: Clear, Close and SetMaxSize, the expiry
-// sweep's and the upkeep's takes of idle entries, the waits of Close and
-// Shutdown, and the counts Stats reads. Each runs in one critical section
-// of the gate's; those that take entries out to destroy hand each to the
-// caller with a permit counted as dying (see gate.dying), so that Close's
-// wait for the dying sees them before their Destroy calls start.
+// The gate's administration, each in one critical section: Clear, Close,
+// SetMaxSize, the sweep's and upkeep's takes, Close's and Shutdown's waits,
+// Stats' counts. Entries taken out to destroy carry a dying permit
+// (gate.dying), so Close's wait sees them before their Destroy calls start.
 
-// takeWhere removes from the idle ring, parked entries included, the
-// entries for which drop reports true, each with a dying permit, for the
-// caller to destroy. drop sees, with each
-// entry, the items in existence, less those it dropped before. See
-// "Sweeping" in expiry.go.
+// takeWhere removes the idle entries, parked ones included, that drop
+// reports true for, given each entry and the items in existence less those
+// dropped before ("Sweeping" in expiry.go).
 func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry[T]) {
 	g.lock()
 	defer g.unlock()
@@ -32,8 +28,7 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 	return es
 }
 
-// takeIdleIf removes and returns the oldest idle entry for which want
-// reports true, with a permit, or nil when there is none.
+// takeIdleIf takes, with a permit, the oldest idle entry want accepts, or nil.
 func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	g.lock()
 	defer g.unlock()
@@ -51,10 +46,9 @@ func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	return e
 }
 
-// drainIdle removes every idle entry, queued or parked, with a dying
-// permit for each (taken for the queued ones: possible without waiting, as
-// held + idle <= size), so that the items count against the cap until the
-// caller has destroyed them.
+// drainIdle removes every idle entry, queued or parked, with a dying permit
+// each, so they count against the cap until destroyed; a queued one's permit
+// is free to take, as held + idle <= size.
 func (g *gate[T]) drainIdle() []*entry[T] {
 	g.lock()
 	defer g.unlock()
@@ -74,9 +68,8 @@ func (g *gate[T]) drainIdleLocked() []*entry[T] {
 	return es
 }
 
-// clear starts a new era, so that every entry created before it is
-// retired when it comes back (see slots.era), and drains the idle entries
-// as drainIdle does, for the caller to destroy.
+// clear starts a new era, retiring every entry created before it as it comes
+// back (see slots.era), and drains the idle entries as drainIdle does.
 func (g *gate[T]) clear() []*entry[T] {
 	g.lock()
 	defer g.unlock()
@@ -84,9 +77,8 @@ func (g *gate[T]) clear() []*entry[T] {
 	return g.drainIdleLocked()
 }
 
-// close marks the gate closed, wakes every waiter with ErrClosed and
-// drains the idle queue as drainIdle does. Only the first call returns
-// entries; later calls report false.
+// close marks the gate closed, wakes every waiter with ErrClosed and drains
+// the idle entries as drainIdle does; calls after the first report false.
 func (g *gate[T]) close() ([]*entry[T], bool) {
 	g.lock()
 	defer g.unlock()
@@ -100,10 +92,9 @@ func (g *gate[T]) close() ([]*entry[T], bool) {
 	return g.drainIdleLocked(), true
 }
 
-// settle is a wait of Close or Shutdown for the closed gate to reach a
-// state: at most creations turns to create taken and at most dying items
-// on their way to Destroy; or, with all, no permit held (the gate's full
-// weight free).
+// settle is a wait of Close or Shutdown until the closed gate has at most
+// creations turns taken and dying items on their way to Destroy, or, with
+// all, no permit held.
 type settle struct {
 	creations, dying int
 	all              bool
@@ -147,12 +138,11 @@ func (g *gate[T]) settleLocked() {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// counts returns the permits held by leases (and creations and
-// destructions), the idle entries (queued or parked), the queued waiters,
-// the size, the permits of the items dying and the slots' sums, with fastLeases added to their leases. Parked entries
-// come and go without the lock, so the split between leased and idle is a
-// moment's estimate, but neither figure exceeds size, unless a shrink has
-// not settled yet.
+// counts returns the permits held (by leases, creations and destructions),
+// the idle entries (queued or parked), the waiters, the size, the dying and
+// the slots' sums with fastLeases added. Parked entries move without the
+// lock, so the leased/idle split is a moment's estimate, each within size
+// unless a shrink has not settled.
 func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sums slotSums) {
 	g.lock()
 	defer g.unlock()
@@ -177,23 +167,18 @@ func (g *gate[T]) maxSize() int {
 	return g.size
 }
 
-// queueAndSize returns the waiters queued now, the gate's size, the turns
-// to create taken and the items dying.
+// queueAndSize returns the waiters, the size, the turns taken and the dying.
 func (g *gate[T]) queueAndSize() (queued, size, creating, dying int) {
 	g.lock()
 	defer g.unlock()
 	return g.waiters.n, g.size, g.creating, g.dying
 }
 
-// resize sets the gate's size to n. Growing grants the queued waiters, in
-// FIFO order, the right to create an item as far as the new size goes.
-// Shrinking below the items in existence (held + idle) takes idle items out
-// to destroy, each with a permit, as many as the excess and idle items
-// allow, their permits dying; the caller destroys them. The rest
-// of the excess is leased: the gate stays shrinking, so the slots are bypassed,
-// giveBack refuses an item (its holder destroys it) and a bare permit retires
-// instead of reaching a waiter, until held + idle fits. It returns ErrClosed
-// on a closed gate.
+// resize sets the size to n, or returns ErrClosed. Growing grants waiters,
+// oldest first, bare permits as far as n allows. Shrinking below the items
+// alive takes out idle items, up to the excess, with dying permits for the
+// caller to destroy; for the leased rest the gate stays shrinking (slots
+// bypassed, giveBack refusing, freed permits retiring) until held + idle fits.
 func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
 	g.lock()
 	defer g.unlock()

@@ -9,13 +9,10 @@ import (
 // The idle ring: a row of per-processor slots, each holding at most one
 // idle entry, in front of a queue that leases take from newest first.
 //
-// # The slots
-//
-// A release parks its entry in its processor's (P's) slot and the next
-// lease there takes it back. Each slot has its own cache line, so a hit
-// writes no line another processor writes; anything else goes through
-// gate.mu. A parked entry keeps its permit (counted in held, not idle), so
-// parking touches no gate counter and held + idle <= size still holds.
+// A release parks its entry in its processor's slot and the next lease there
+// takes it back, on a cache line of the slot's own; anything else goes
+// through gate.mu. A parked entry keeps its permit (in held, not idle), so
+// parking touches no gate counter and held + idle <= size holds.
 //
 // Who writes a slot, and when:
 //   - park, on release: nil → e by compare-and-swap, so goroutines sharing a
@@ -24,28 +21,24 @@ import (
 //     nil or a lost race is a miss.
 //   - steal, under gate.mu: e → nil, for missed leases, waiters, Clear, Close.
 //
-// Each parked entry is taken exactly once, by the compare-and-swap's
-// winner, with its permit. An entry taken and parked again in the same slot
-// is indistinguishable to the compare-and-swap, which is harmless: any
+// The compare-and-swap's winner takes each parked entry, once, with its
+// permit; ABA (taken and parked again in the same slot) is harmless, as any
 // parked entry is an idle entry with its permit.
 //
-// # Bypass: waiters first, no entry stranded
+// Bypass, so waiters go first and no entry is stranded: while a lease waits
+// or the gate is closed no item may sit in a slot, so the gate keeps bypass
+// set, under gate.mu, until an item goes idle or a permit comes free with
+// nobody waiting (gate.setBypass). While it is set, take and park do
+// nothing; the gate, having set it, steals every parked entry; and park,
+// having filled its slot, loads bypass again and, if set, takes its entry
+// back (if still there) for the slow path.
 //
-// While a lease waits or the gate is closed, no item may sit in a slot. The
-// gate sets bypass, under gate.mu, in those states and until an item goes
-// idle or a permit comes free with nobody waiting (gate.setBypass); and:
-//   - take and park do nothing while bypass is set;
-//   - the gate, after setting bypass, steals every parked entry;
-//   - park, after filling its slot, loads bypass again and, if set, takes
-//     its entry back (if still there) for the slow path.
-//
-// So a park racing with bypass's setting cannot strand its entry. The
-// atomics are sequentially consistent and each side writes (park: the slot;
-// the gate: bypass) before reading the other's write. If park's second load
-// precedes the gate's store, park's slot write precedes the gate's scan,
-// which sees the entry; otherwise park sees bypass. If both, both
-// compare-and-swap and one wins. A lease that reads bypass clear just
-// before a waiter queues may take a parked entry: it came first.
+// So a racing park cannot strand its entry. The atomics are sequentially
+// consistent and each side writes (park: the slot; the gate: bypass) before
+// reading the other's: if park's second load precedes the gate's store, its
+// slot write precedes the gate's scan, which sees the entry; otherwise park
+// sees bypass; if both, one compare-and-swap wins. A lease that read bypass
+// clear just before a waiter queued may take a parked entry: it came first.
 
 // cacheLine pads data different processors write: two 64-byte lines, for
 // x86's adjacent-line prefetcher. Pads are computed from unsafe.Sizeof of a
@@ -56,10 +49,9 @@ const cacheLine = 128
 // counters, on the slot's line; Stats sums them.
 type slot[T any] struct {
 	e atomic.Pointer[entry[T]]
-	// woke is the waiter the gate last woke on this processor, until that
-	// waiter runs (see gate.stepAside): stored by gate.unlock, pinned to
-	// this processor, before the wake-up; cleared by the waiter, from any
-	// processor, by compare-and-swap, so a later wake is never cleared.
+	// woke: the waiter last woken here, until it runs (gate.stepAside). Set by
+	// gate.unlock, pinned here, before the wake-up; cleared by the waiter, on
+	// any processor, by compare-and-swap, lest it clear a later wake.
 	woke atomic.Pointer[waiter[T]]
 	slotCounters
 	_ [cacheLine - unsafe.Sizeof(struct {
@@ -74,9 +66,8 @@ type slotCounters struct {
 	waitTime atomic.Int64
 }
 
-// slots is the row of per-processor slots. Its header is read on every
-// lease and release and written only when bypass changes, so it has a line
-// of its own.
+// slots is the row of per-processor slots. Its header, read on every lease
+// and release and written only when bypass changes, has a line of its own.
 type slots[T any] struct {
 	s []slot[T] // immutable after init; len(s) is a power of two
 	slotsHeader
@@ -98,8 +89,7 @@ type slotsHeader struct {
 	overflowWaitTime atomic.Int64
 }
 
-// init makes a slot per processor; if GOMAXPROCS grows later, processors
-// share slots, which costs only speed.
+// init makes a slot per processor (shared, slower, if GOMAXPROCS grows).
 func (r *slots[T]) init() {
 	n := 1
 	for n < max(runtime.GOMAXPROCS(0), runtime.NumCPU()) {
@@ -110,11 +100,9 @@ func (r *slots[T]) init() {
 }
 
 // countLease counts a lease on pinned processor pid and returns the prior
-// count, for observer.sampled. When pinning, a slot's counter is written
-// only by its own pinned processor, so an atomic load and then an atomic
-// store (an XCHG on amd64, but no read-modify-write a rival could
-// interleave with) lose no count. Processors past the row's end, and the
-// portable build, share counters and add atomically.
+// count, for observer.sampled. When pinning, only a slot's own processor
+// writes its counter, so an atomic load then store loses no count; past the
+// row's end, or in the portable build, counters are shared: atomic adds.
 func (r *slots[T]) countLease(pid int) (k uint64) {
 	if pinsProcessor && pid <= r.mask {
 		s := &r.s[pid]
@@ -180,8 +168,7 @@ func (r *slots[T]) confirm(s *slot[T], e *entry[T]) bool {
 	return !r.bypass.Load() || !s.e.CompareAndSwap(e, nil)
 }
 
-// steal takes any parked entry, with its permit, or nil. Caller holds
-// gate.mu.
+// steal takes any parked entry, with its permit, or nil, under gate.mu.
 func (r *slots[T]) steal() *entry[T] {
 	for i := range r.s {
 		s := &r.s[i]
@@ -215,16 +202,12 @@ func (r *slots[T]) scan() (sums slotSums) {
 	return sums
 }
 
-// # The queue
-//
-// idleQueue is a circular buffer guarded by gate.mu. Items join at the
-// tail and leases take the newest, so items beyond the load's need stay at
-// the head long enough to expire (expiry.go). Close, Clear and a shrink
-// drain from the head.
-//
-// It keeps no reference to an entry it gave out: a leased entry must be
-// reachable only from its Lease handles, so the garbage collector can find
-// a lease dropped unreleased.
+// idleQueue, the ring's queue, is a circular buffer guarded by gate.mu. Items
+// join at the tail and leases take the newest, so items beyond the load's
+// need stay at the head long enough to expire (expiry.go); Close, Clear and
+// a shrink drain from the head. It keeps no reference to an entry it gave
+// out: a leased entry must be reachable only from its Lease handles, so the
+// garbage collector can find a lease dropped unreleased.
 type idleQueue[T any] struct {
 	buf  []*entry[T] // len(buf) is a power of two, or zero before first use
 	head int         // index of the oldest entry
