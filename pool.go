@@ -231,8 +231,9 @@ func (p *Pool[T]) Clear() {
 // joined errors of the idle items' Destroy calls (a panic's among them;
 // each is also logged, as every failed Destroy is); after it, no Destroy
 // starts but for the items of leases that end later. Called from inside a
-// Destroy, or a creation (its factory, its ctx's methods), Close cannot
-// wait for that call, and waits for every other. The pool's gauges stop
+// Destroy, a creation (its factory, its ctx's methods) or a callback of
+// the pool's background goroutine, Close cannot wait for that call, and
+// waits for every other. The pool's gauges stop
 // reporting; its counters and histograms go on recording what the leases
 // still out do. A lease already under way may still succeed; its item is
 // destroyed on release. Close is idempotent: later calls do nothing and
