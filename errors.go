@@ -22,12 +22,11 @@ var (
 	ErrClosed = errors.New("pool: closed")
 
 	// ErrLeaseTimeout is returned when Options.LeaseTimeout elapses while a
-	// lease waits for an item, wrapped with the pool's name, MaxSize, the time
-	// since the call, and how many leases were waiting and items being created
-	// and destroyed; when a creation failed since the call, it wraps that
-	// error too (the last one), which errors.Is and errors.As reach. It is
-	// not context.DeadlineExceeded: a wait ended by the caller's own deadline
-	// returns ctx.Err().
+	// lease waits, wrapped with the pool's name, MaxSize, the time since the
+	// call, how many leases were waiting and items being created and
+	// destroyed, and the last creation error since the call, if any, for
+	// errors.Is and errors.As. It is not context.DeadlineExceeded: a wait
+	// ended by the caller's own deadline returns ctx.Err().
 	ErrLeaseTimeout = errors.New("pool: lease timeout")
 
 	// ErrExhausted is returned by TryLease when MaxSize items are in use (or
@@ -35,11 +34,10 @@ var (
 	// Options.MaxQueuedLeases leases are waiting already.
 	ErrExhausted = errors.New("pool: exhausted")
 
-	// ErrBackendDown is returned, wrapped with the pool's name and the last
-	// creation's error, by a lease that would have to create an item while
-	// the pool is down, at once (also one waiting when a place came free):
-	// Options.FailFastAfter creations in a row failed, and none has
-	// succeeded since.
+	// ErrBackendDown is returned at once, wrapped with the pool's name and the
+	// last creation's error, by a lease that must create an item (also one
+	// waiting when a place came free) while the pool is down:
+	// Options.FailFastAfter creations in a row failed, none succeeding since.
 	ErrBackendDown = errors.New("pool: backend down")
 
 	// ErrPreparationTimeout is returned, wrapped, when IsReady and Prepare
@@ -87,11 +85,10 @@ func (p *panicError) Unwrap() error {
 	return err
 }
 
-// ownCtxErr wraps err, an error of user code that ran under a ctx of the
-// pool's own making (CreateTimeout, PreparationTimeout, Close), so that
-// errors.Is finds neither context.Canceled nor context.DeadlineExceeded in
-// it: those match a pool's error only when the caller's own ctx ended
-// (doc.go, "Waiting and errors"). Every other errors.Is, and errors.As,
+// ownCtxErr hides context.Canceled and DeadlineExceeded from errors.Is in err,
+// an error of user code under a ctx of the pool's own (CreateTimeout,
+// PreparationTimeout, Close): they match a pool's error only when the caller's
+// ctx ended (doc.go, "Waiting and errors"). Other errors.Is and errors.As
 // reach into err; errors.Unwrap does not.
 func ownCtxErr(err error) error { return &ownCtx{err} }
 

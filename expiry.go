@@ -7,13 +7,10 @@ import (
 	"time"
 )
 
-// Expiry: IdleTimeout and MaxLifetime, judged on the items leases meet and
-// swept for the rest: a room of its own, the expiry. While leases or releases happen, every idle item is
-// judged at least once per sweepEvery (half the smaller limit, at least a
-// millisecond): the lease or release that first finds sweepAt passed moves
-// it on by compare-and-swap and sweeps, taking out the expired idle items
-// under the gate's lock and destroying them outside it. With the upkeep on,
-// an item expired only by idling stays while MinSize or fewer items exist.
+// Sweeping: leases judge the idle items they meet; the others are swept at
+// least once a period while leases or releases happen: the first to pass x.at
+// moves it on by compare-and-swap and sweeps, taking the expired out under the
+// gate's lock and destroying them outside it.
 
 // expiry is a pool's IdleTimeout and MaxLifetime, and its sweeps.
 type expiry[T any] struct {
@@ -21,9 +18,8 @@ type expiry[T any] struct {
 	// floor: with the upkeep, an item expired only by idling stays while
 	// floor (MinSize) or fewer items exist; 0 without the upkeep.
 	floor int
-	// every is how often the idle items are swept (0: never: neither limit
-	// is set); at, the clock at which the next lease or release that reads
-	// the clock sweeps.
+	// every is the sweeps' period (0: neither limit is set); at, when the next
+	// lease or release to read the clock sweeps.
 	every int64
 	at    atomic.Int64
 
@@ -55,8 +51,7 @@ func (x *expiry[T]) judge(e *entry[T], now int64) (reason, bool) {
 // minSweepEvery bounds how often idle items are swept, whatever the limits.
 const minSweepEvery = int64(time.Millisecond)
 
-// sweepPeriod is the sweeps' period for the given limits; 0 when neither
-// is set.
+// sweepPeriod is the sweeps' period for these limits; 0 when neither is set.
 func sweepPeriod(idleTimeout, maxLifetime time.Duration) int64 {
 	limit := int64(0)
 	for _, d := range []time.Duration{idleTimeout, maxLifetime} {
@@ -91,8 +86,7 @@ func addSaturating(a, b int64) int64 {
 	return a + b
 }
 
-// sweepIfDue sweeps when a sweep is due at now: of the callers that find it
-// due, exactly one sweeps, having moved at a period on.
+// sweepIfDue: of the callers that find a sweep due, exactly one sweeps.
 func (x *expiry[T]) sweepIfDue(now int64) {
 	at := x.at.Load()
 	if x.every > 0 && now >= at && x.at.CompareAndSwap(at, now+x.every) {
@@ -100,8 +94,7 @@ func (x *expiry[T]) sweepIfDue(now int64) {
 	}
 }
 
-// sweep takes out every idle item expired at now, with a dying permit,
-// and destroys it.
+// sweep destroys the idle items expired at now, taken out with dying permits.
 func (x *expiry[T]) sweep(now int64) {
 	if x.every == 0 {
 		return

@@ -18,8 +18,7 @@ import (
 // up, counts as a failed creation; the pool stays consistent. A Create that
 // calls runtime.Goexit ends the caller's goroutine when it runs there (for a
 // ctx that cannot end); on a goroutine of its own (for a ctx that can), the
-// waiting Lease panics saying so. Either way the item's place under MaxSize
-// is free again.
+// waiting Lease panics saying so. Either way the place under MaxSize is freed.
 type Factory[T any] interface {
 	Create(ctx context.Context) (T, error)
 }
@@ -39,8 +38,7 @@ func closeItem[T any](item T) error {
 	return nil
 }
 
-// isNil reports whether v is nil or a typed nil (a nil pointer, func, map,
-// slice, channel or interface), which must not be taken for a value.
+// isNil: v is nil or a typed nil, which must not be taken for a value.
 func isNil(v any) bool {
 	if v == nil {
 		return true

@@ -12,24 +12,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Leaks found by the garbage collector: a lease dropped without Release,
-// Discard or Detach.
-//
-// The invariant: while an item is leased only its Lease handles reach its
-// entry (lease.go), so a dropped lease leaves the entry unreachable. Each
-// entry gets one runtime.AddCleanup at creation, nothing per lease.
-// Destroy and Detach stop it; otherwise it runs for a leaked lease (report
-// it) or for an idle entry of a pool dropped without Close (not a leak).
-// Its argument, a leakArg, reaches neither the entry (a root would keep it
-// alive) nor the pool (which reaches its idle entries): only the pool's
-// leakSink, which holds the pool weakly, and the entry's leaseRecord.
-//
-// Telling the two apart: an idle entry dies with its pool or later, and
-// weak.Pointer.Value sweeps a dead object's span before it answers, so the
-// cleanup of an entry that died with its pool sees the pool's weak pointer
-// nil. When Value returns the pool, the entry was not idle: a leak. (A
-// lease leaked from a pool itself dropped is not reported.)
-
 // LeakReport describes a lease that may have leaked: one held past
 // Options.LeakThreshold (Held), or one that became unreachable without
 // Release, Discard or Detach. Options.OnLeak receives it.
@@ -51,10 +33,9 @@ type LeakReport struct {
 	Held bool
 }
 
-// leakSink is a pool's share of leak detection: what the cleanups of its
-// entries reach. It refers to the pool only weakly, through alive. It is not
-// generic, so that leakFound is a plain function: a generic one would cost
-// every creation one more allocation, for its dictionary.
+// leakSink is what a pool's cleanups reach; it holds the pool only weakly,
+// through alive. It is not generic, so that leakFound is a plain function: a
+// generic one would cost each creation an allocation for its dictionary.
 type leakSink struct {
 	alive  func() bool  // the pool has not been collected: see newLeakSink
 	now    func() int64 // the pool's clock
@@ -66,8 +47,7 @@ type leakSink struct {
 	add     []metric.AddOption
 }
 
-// newLeakSink returns the leak sink of a pool that alive reports not yet
-// collected, with the pool's clock.
+// newLeakSink: alive reports false once the pool has been collected.
 func newLeakSink(alive func() bool, clk *clock, name string, onLeak func(LeakReport), m *metrics) *leakSink {
 	s := &leakSink{alive: alive, now: clk.now, name: name, onLeak: onLeak}
 	if m != nil {
@@ -76,23 +56,26 @@ func newLeakSink(alive func() bool, clk *clock, name string, onLeak func(LeakRep
 	return s
 }
 
-// leakArg is the argument of an entry's cleanup.
 type leakArg struct {
 	sink *leakSink
 	rec  *leaseRecord // nil without LeakThreshold and TrackLeaseSites
 }
 
-// detectLeak registers e's cleanup, with the record it will read. Called
-// once, at creation, after the record is made.
+// detectLeak registers e's cleanup, once, at creation, after e.rec is made;
+// Destroy and Detach stop it. Its leakArg reaches neither e (that would keep
+// it alive) nor the pool (which reaches its idle entries), only the leakSink,
+// which holds the pool weakly, and e.rec.
 func detectLeak[T any](s *leakSink, e *entry[T]) {
 	e.cleanup = runtime.AddCleanup(e, leakFound, leakArg{sink: s, rec: e.rec})
 }
 
-// leakFound is the cleanup of an entry: it runs on the runtime's cleanup
-// goroutine once the entry is unreachable, and counts and reports a leak
-// unless the pool is gone too (see above). OnLeak runs on a goroutine of
-// its own, so a slow or blocking OnLeak holds up no other cleanup. The
-// permit of the leaked lease stays held: the item may still be in use.
+// leakFound is an entry's cleanup. It runs for a leaked lease, and also for an
+// idle entry of a pool dropped without Close, no leak: such an entry dies with
+// its pool or later, and weak.Pointer.Value sweeps a dead object's span before
+// it answers, so its cleanup finds the pool's weak pointer nil. One that finds
+// the pool has found a leak; a lease leaked from a pool itself dropped goes
+// unreported. OnLeak gets a goroutine of its own, to hold up no other cleanup.
+// The leaked lease keeps its permit: the item may still be in use.
 func leakFound(a leakArg) {
 	if !a.sink.alive() {
 		return
@@ -106,8 +89,7 @@ func leakFound(a leakArg) {
 	}
 }
 
-// report builds the LeakReport of a leaked lease, the last its entry's
-// record describes, and calls OnLeak.
+// report calls OnLeak with the entry's last lease, as its record has it.
 func (s *leakSink) report(rec *leaseRecord) {
 	r := LeakReport{Pool: s.name}
 	if rec != nil {
@@ -121,41 +103,33 @@ func (s *leakSink) report(rec *leaseRecord) {
 	s.onLeak(r)
 }
 
-// # Lease records
-//
-// With LeakThreshold or TrackLeaseSites, each entry has a leaseRecord, made
-// with it, so that a lease allocates nothing. Only the lease holder writes
-// it, in the Lease call, before the handle is returned (observer.record);
-// the watcher, Outstanding and the cleanup read it.
-
-// leakStackDepth bounds the frames a leaseRecord keeps.
 const leakStackDepth = 32
 
-// leaseRecord is what an entry's latest lease recorded of itself.
+// leaseRecord, with LeakThreshold or TrackLeaseSites, is what an entry's
+// latest lease recorded of itself, made with the entry so that a lease
+// allocates nothing; only the lease holder writes it, in the Lease call before
+// it returns (observer.record).
 type leaseRecord struct {
-	// start is the pool's clock at the lease, in microseconds rounded up,
-	// shifted left eight bits, with the lease's tag (leaseTag) in the low
-	// eight. Two leases in a row have different tags, and so do the last
-	// recorded lease and a later one unless 255 leases between them did not
-	// record (a Tracer's LeaseEnd that panicked): a reader that sees gen
-	// unchanged around its load knows whether the record is that lease's.
+	// start is the pool's clock at the lease in microseconds, rounded up,
+	// shifted left 8 bits over leaseTag(gen). Tags differ for two leases in a
+	// row, and for the last recorded lease and a later one unless 255 between
+	// them did not record (a Tracer's LeaseEnd panicked): a reader that sees
+	// gen unchanged around its load knows whether the record is that lease's.
 	start atomic.Int64
 	// reported is the generation plus one of the lease reported as held
 	// past LeakThreshold, while its end has not been logged (observer.go).
 	reported atomic.Uint64
 
-	// With TrackLeaseSites, the stack of the lease of generation lease-1,
-	// under mu. Readers only try the lock: a stack being written belongs
-	// to a lease just beginning.
+	// With TrackLeaseSites, the stack of the lease of generation lease-1;
+	// readers only try mu: a stack being written is a new lease's.
 	mu    sync.RWMutex
 	lease uint64
 	n     int
 	pcs   [leakStackDepth]uintptr
 }
 
-// leaseTag is the low byte of leaseRecord.start for the lease of
-// generation gen: 1 for the first lease, so a record never written reads
-// as none.
+// leaseTag is start's low byte for the lease of generation gen: 1 for the
+// first, so a record never written reads as none.
 func leaseTag(gen uint64) int64 { return int64(gen+1) & 0xff }
 
 // startWord is leaseRecord.start for the lease of generation gen begun at
@@ -171,10 +145,9 @@ func (r *leaseRecord) startOf(gen uint64) (at int64, ok bool) {
 	return (w >> 8) * 1000, w&0xff == leaseTag(gen)
 }
 
-// leakSiteSkip makes runtime.Callers start at the caller of Lease,
-// TryLease or Do: it skips Callers, record, leaseAtEdge, lease and Lease
-// (or TryLease, or Do). Starting the walk near the caller keeps it cheap.
-// TestLeakReportNamesTheLeasingFunction checks it.
+// leakSiteSkip starts runtime.Callers at the caller of Lease, TryLease or Do,
+// keeping the walk cheap: it skips Callers, record, leaseAtEdge, lease and the
+// entry point. TestLeakReportNamesTheLeasingFunction checks it.
 const leakSiteSkip = 5
 
 // stackOf formats the stack recorded for the lease of generation gen, or

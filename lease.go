@@ -7,22 +7,11 @@ import (
 	"weak"
 )
 
-// The Lease handle and the entry it names.
-//
-// The invariant: of all the handles that name an entry, copies and stale
-// ones alike, exactly one call ends each lease (the compare-and-swap on
-// entry.gen), so an item is never given back twice or used after its
-// lease ended; and while an item is leased only its handles reach its
-// entry, so a lease dropped without ending is found by the garbage
-// collector (leaks.go), at no cost per lease.
-
-// entry is one item and the pool's bookkeeping for it, referenced by the
-// idle ring while idle and only by its Lease handles while leased; the
-// registry (observer.go) holds it weakly.
+// entry is an item with its bookkeeping: the idle ring holds it while idle,
+// the registry (observer.go) weakly; while it is leased only its Lease handles
+// reach it, so the garbage collector finds a lease dropped unended (leaks.go).
 type entry[T any] struct {
-	// gen is the lease generation: a Lease is valid while gen equals the
-	// value it was handed out with. Ending a lease bumps it with a
-	// compare-and-swap.
+	// gen is the lease generation: a Lease is valid while gen equals its own.
 	gen atomic.Uint64
 
 	value T
@@ -40,31 +29,25 @@ type entry[T any] struct {
 	checkedAt int64 // clock at the upkeep's last successful check, for CheckAfterIdle
 	checked   bool  // the Preparer has accepted the item at least once
 
-	// useFrom is the clock at the start of a lease sampled for
-	// pool.lease.use_time (metrics.go), when atEnd has atEndSampled.
+	// useFrom: a sampled lease's start (atEndSampled; metrics.go).
 	useFrom int64
 
-	// cleanup reports the entry leaked (leaks.go); destroying or detaching
-	// the item stops it first. rec, with LeakThreshold or TrackLeaseSites,
-	// is what the latest lease recorded of itself (leaks.go). Both are set
-	// at creation.
+	// cleanup (reports a leak; stopped before Destroy or Detach) and rec (the
+	// latest lease's record) are set at creation (leaks.go).
 	cleanup runtime.Cleanup
 	rec     *leaseRecord
 
-	// trace, with a Tracer, is what the current lease's end reports: see
-	// trace.go. Made at creation.
+	// trace, with a Tracer, is what the lease's end reports (trace.go).
 	trace *traceState
 
 	// self is the registry's weak pointer to the entry (observer.go).
 	self weak.Pointer[entry[T]]
 
-	// atEnd says what the end of the current lease must account for
-	// (observer.leaseEnded), in one word a release tests; the holder and the
-	// watcher set and clear its bits atomically.
+	// atEnd is what the lease's end must account for (observer.leaseEnded),
+	// one word a release tests; holder and watcher change its bits atomically.
 	atEnd atomic.Uint32
 }
 
-// The bits of entry.atEnd.
 const (
 	atEndSampled  = 1 << iota // the lease is sampled for pool.lease.use_time, from useFrom
 	atEndReported             // the watcher reported the lease as held: log its end
@@ -74,22 +57,22 @@ const (
 // Release, Discard or Detach. End every lease exactly once, typically with
 // defer l.Release() right after a successful Lease.
 //
-// A Lease is a small value. Copies are the same lease: ending it through
-// one copy ends it for all of them, and ending it again (through any copy,
-// or through a handle kept from an earlier lease of the same item) does
-// nothing. The zero Lease is an ended lease.
+// A Lease is a small value; its copies are the same lease: ending it through
+// one ends it for all, and ending it again, through any copy or a handle kept
+// from an earlier lease of the item, does nothing. The zero Lease is ended.
 type Lease[T any] struct {
 	e   *entry[T]
 	gen uint64
 }
 
-// end claims the right to end the lease; only one caller ever gets it.
+// end claims the right to end the lease, by compare-and-swap on gen: of all
+// the handles naming the entry, copies and stale ones alike, one caller only
+// wins, so an item is never given back twice or used after its lease ended.
 func (l Lease[T]) end() bool {
 	return l.e != nil && l.e.gen.CompareAndSwap(l.gen, l.gen+1)
 }
 
-// live returns the lease's entry, and panics, naming the method, when the
-// lease has ended or is the zero Lease.
+// live returns the lease's entry, or panics if the lease has ended.
 func (l Lease[T]) live(method string) *entry[T] {
 	if l.e == nil || l.e.gen.Load() != l.gen {
 		panicEnded(method)
@@ -97,8 +80,6 @@ func (l Lease[T]) live(method string) *entry[T] {
 	return l.e
 }
 
-// panicEnded panics for a method called on an ended or zero Lease: using
-// an item after giving it back would share it with its next borrower.
 func panicEnded(method string) {
 	panic("pool: Lease." + method + " called after the lease ended (Release, Discard or Detach), or on a zero Lease")
 }
@@ -120,11 +101,10 @@ func (l Lease[T]) CreatedAt() time.Time {
 
 // IdleFor returns how long the item sat idle before this lease: from the
 // release that ended its previous lease (or from its creation, for an item
-// whose first lease gave up on it) to this lease. It is 0 for an item
-// created for this lease, and known only when the pool reads the clock on
-// release, which it does when Options.IdleTimeout, MaxLifetime or (with a
-// Preparer) CheckAfterIdle is set: otherwise it is always 0. It panics
-// when the lease has ended, as Value does.
+// whose first lease gave up on it) to this lease; 0 for an item created for
+// this lease. It is always 0 unless the pool reads the clock on release, which
+// it does when Options.IdleTimeout, MaxLifetime or (with a Preparer)
+// CheckAfterIdle is set. It panics when the lease has ended, as Value does.
 func (l Lease[T]) IdleFor() time.Duration {
 	e := l.live("IdleFor")
 	if !e.pool.opts.stamps() {
@@ -133,21 +113,19 @@ func (l Lease[T]) IdleFor() time.Duration {
 	return time.Duration(e.idleFor)
 }
 
-// Uses returns how many leases the item has had, this one included: 1 for
-// a new item. It costs nothing: every lease of an item ends exactly once,
-// and the lease's handle counts them. It panics when the lease has ended,
-// as Value does.
+// Uses returns how many leases the item has had, this one included: 1 for a
+// new item. It costs nothing: the lease's handle counts them. It panics when
+// the lease has ended, as Value does.
 func (l Lease[T]) Uses() int {
 	l.live("Uses")
 	return int(l.gen) + 1
 }
 
-// Release gives the item back for reuse. Options.Reset runs first (an error
-// or panic destroys the item instead); an item past MaxLifetime, or
-// released to a closed pool, is destroyed. Otherwise the item goes straight
-// to the oldest waiting lease, or becomes idle. Release never waits and is
-// safe to call more than once: calls after the first, on any copy, and on a
-// zero Lease do nothing.
+// Release gives the item back for reuse. Options.Reset runs first (an error or
+// panic destroys the item instead); an item past MaxLifetime, or released to a
+// closed pool, is destroyed. Otherwise it goes straight to the oldest waiting
+// lease, or becomes idle. Release never waits and is safe to call more than
+// once: calls after the first, on any copy, and on a zero Lease do nothing.
 func (l Lease[T]) Release() {
 	if l.end() {
 		l.e.pool.release(l.e)

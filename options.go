@@ -32,10 +32,9 @@ type Options[T any] struct {
 	Name string
 
 	// MinSize items are created by New, concurrently (in the background with
-	// SeedInBackground); Clear refills the idle items to it in the
-	// background. With UpkeepInterval it is a lasting floor: the upkeep
-	// creates items until MinSize exist, and idle expiry never goes below it.
-	// Default 0: every item is created on demand.
+	// SeedInBackground); Clear refills the idle items to it in the background.
+	// With UpkeepInterval it is a lasting floor: the upkeep creates items
+	// until MinSize exist, and idle expiry never goes below it. Default 0.
 	MinSize int
 
 	// SeedInBackground makes New return without waiting for the MinSize
@@ -66,15 +65,13 @@ type Options[T any] struct {
 	MaxQueuedLeases int
 
 	// MaxConcurrentCreates caps the factory calls under way at once, the
-	// background's (seeding, Clear's refill, MinIdle's spares, the upkeep's)
-	// and the leases' together, so that a cold start or a Clear after a
-	// failover dials at a bounded rate. A lease that would create past the
-	// cap waits in FIFO order with the others, within its ctx and
-	// LeaseTimeout, for an item released or created meanwhile, or for its
-	// turn to create; TryLease then fails with ErrExhausted. A creation
-	// keeps its turn until the factory returns, also after its lease gave
-	// up, so it requires CreateTimeout: New refuses MaxConcurrentCreates
-	// without it. At least 0. Default 0: no cap but MaxSize.
+	// leases' and the background's (seeding, Clear's refill, MinIdle's spares,
+	// the upkeep's) together. A lease that would create past the cap waits in
+	// FIFO order with the others, within its ctx and LeaseTimeout, for an item
+	// released or created meanwhile, or for its turn to create; TryLease then
+	// fails with ErrExhausted. A creation keeps its turn until the factory
+	// returns, even after its lease gave up, so New requires CreateTimeout
+	// with it. At least 0; default 0: no cap but MaxSize.
 	MaxConcurrentCreates int
 
 	// LeaseTimeout bounds, from the Lease call, all of a lease's waits for an
@@ -94,22 +91,20 @@ type Options[T any] struct {
 	CreateTimeout time.Duration
 
 	// FailFastAfter: after this many failed creations in a row (an error, a
-	// nil item, CreateTimeout), the pool is down. While it is down, a lease
-	// that would have to create an item fails at once, whatever the probe
-	// is doing, with an error wrapping ErrBackendDown and the last
-	// creation's error, and takes no place under MaxSize and no turn under
-	// MaxConcurrentCreates; so do the leases waiting when a place comes
-	// free. A lease that finds an idle item still gets it, and one waiting
-	// while every item is in use gets the next one released. One creation in
-	// the background, and no other, probes the backend, with backoff
-	// (doubling, up to UpkeepInterval, or 30 s without the upkeep), so the
+	// nil item, CreateTimeout), the pool is down. Then a lease that would have
+	// to create an item, also one waiting when a place comes free, fails at
+	// once, whatever the probe is doing, with an error wrapping ErrBackendDown
+	// and the last creation's error, taking no place under MaxSize and no turn
+	// under MaxConcurrentCreates. A lease that finds an idle item still gets
+	// it, and one waiting while every item is in use gets the next one
+	// released. Only one creation, in the background, probes the backend, with
+	// backoff doubling up to UpkeepInterval (30 s without the upkeep), so the
 	// pool is up again within one backoff step of the backend's return,
-	// however many leases keep coming; the probe's item goes to the oldest
-	// waiting lease, or idle. Stats.BackendDown and the metric
-	// pool.backend.down say whether the pool is down; Logger gets a Warn when
-	// it goes down and an Info when it comes back. It requires CreateTimeout,
-	// or a creation that never returns would never count. At least 0.
-	// Default 0: never down, every lease that needs an item creates one.
+	// however many leases come; the probe's item goes to the oldest waiting
+	// lease, or idle. Stats.BackendDown and the metric pool.backend.down say
+	// whether the pool is down; Logger gets a Warn when it goes down and an
+	// Info when it comes back. It requires CreateTimeout, or a creation that
+	// never returns would never count. At least 0; default 0: never down.
 	FailFastAfter int
 
 	// IdleTimeout: an item idle longer than this is destroyed; without
@@ -154,10 +149,9 @@ type Options[T any] struct {
 	Destroy func(item T) error `json:"-"`
 
 	// DestroyTimeout bounds the wait for one Destroy: past it the item counts
-	// as destroyed (in Stats.Destroyed and DestroyErrors, with a Warn through
-	// Logger), its place under MaxSize is free again, and the call finishes
-	// on its own. 0: no bound; a Destroy that never returns holds its place
-	// for good.
+	// as destroyed (in Stats.Destroyed and DestroyErrors, and a Warn to
+	// Logger), its place under MaxSize is free, and the call finishes on its
+	// own. 0: no bound; a Destroy that never returns holds its place for good.
 	DestroyTimeout time.Duration
 
 	// MeterProvider receives the pool's OpenTelemetry instruments (see
@@ -168,50 +162,46 @@ type Options[T any] struct {
 	// lease in 512); the gauges are observed when the provider collects.
 	MeterProvider metric.MeterProvider `json:"-"`
 
-	// OnLeak is called, on a goroutine of its own, for every lease the garbage
+	// OnLeak is called, on a goroutine of its own, for each lease the garbage
 	// collector finds dropped without Release, Discard or Detach
-	// (LeakReport.Held false) and, with LeakThreshold, for each lease held
-	// that long (Held true). It must not refer to the pool, or a pool dropped
-	// without Close could never be collected. Stats.Leaked and LongLeases
-	// (and pool.leases.leaked and .long) count both kinds, OnLeak or not. No
-	// report of a long lease starts once Close has begun, Close waits for
-	// those under way, and a panic in one is logged and dropped. nil: count
-	// only.
+	// (LeakReport.Held false) and, with LeakThreshold, each lease held that
+	// long (Held true). It must not refer to the pool, or a pool dropped
+	// without Close could never be collected. Stats.Leaked and LongLeases, and
+	// pool.leases.leaked and .long, count both kinds, OnLeak or not. No report
+	// of a long lease starts once Close has begun, Close waits for those under
+	// way, and a panic in one is logged and dropped. nil: count only.
 	OnLeak func(LeakReport) `json:"-"`
 
-	// LeakThreshold: a lease held this long is reported once, between
-	// LeakThreshold and 1.5 × LeakThreshold after it began (plus scheduling
-	// delay; below 8 ms, within LeakThreshold + 3 ms): to OnLeak, and to
-	// Logger at Warn with its age (and, with TrackLeaseSites, the stack that
-	// took it) instead of err; its end is logged at Info with its final age as
-	// age. It also makes Outstanding list the leases, with their ages. It
-	// costs each lease a clock read, each release a load and a compare, and
-	// the pool's background goroutine a read of the leases' starts every
-	// LeakThreshold/8 (at most once a millisecond). 0: never.
+	// LeakThreshold: a lease held this long is reported once, LeakThreshold to
+	// 1.5 × LeakThreshold after it began (plus scheduling delay; below 8 ms,
+	// within LeakThreshold + 3 ms): to OnLeak, and to Logger at Warn with its
+	// age (and, with TrackLeaseSites, the stack that took it) instead of err;
+	// its end is logged at Info with its final age as age. Outstanding then
+	// lists the leases with their ages. It costs each lease a clock read, each
+	// release a load and a compare, and the background goroutine a read of the
+	// leases' starts every LeakThreshold/8, at most once a ms. 0: never.
 	LeakThreshold time.Duration
 
-	// TrackLeaseSites records on every lease when and where (the stack of
-	// the Lease call, up to 32 frames) it was taken, for LeakReport and
-	// Outstanding, which lists the leases with it. Off (and without
-	// LeakThreshold), Outstanding returns nil and leak detection costs
-	// nothing per lease. On, every lease walks its caller's stack, making a
-	// lease and release many times as costly, and each item takes about 300
-	// bytes more; still no allocation per lease. For tests, debugging, or
-	// hunting a leak.
+	// TrackLeaseSites records on every lease when and where it was taken (the
+	// Lease call's stack, up to 32 frames), for LeakReport and for
+	// Outstanding, which then lists the leases. Off, and without
+	// LeakThreshold, Outstanding returns nil and leak detection costs nothing
+	// per lease. On, every lease walks its caller's stack, making a lease and
+	// release many times as costly, and each item is about 300 bytes bigger,
+	// with still no allocation per lease: for tests, debugging, hunting leaks.
 	TrackLeaseSites bool
 
-	// UpkeepInterval runs the pool's upkeep this often (spread by up to
-	// ±10 %, measured from the start of the previous round) on the pool's
-	// one background goroutine, which Close stops, canceling its checks and
-	// creations. A round destroys
+	// UpkeepInterval runs the pool's upkeep this often (spread up to ±10 %,
+	// from the previous round's start) on the pool's one background goroutine,
+	// which Close stops, canceling its checks and creations. A round destroys
 	// the idle items past IdleTimeout or their lifetime; with a Preparer and
-	// CheckAfterIdle, checks the items idle that long; and creates items
-	// until MinSize exist, never past MaxSize or while leases wait (failures
-	// are logged and retried with backoff up to UpkeepInterval). An item
-	// being checked or created counts against MaxSize and is not lent. Close,
-	// Clear or SetMaxSize called from a callback the upkeep runs returns at
-	// once (a Shutdown there ends only with its ctx); a callback that panics
-	// or calls runtime.Goexit leaves the upkeep running. 0: no upkeep.
+	// CheckAfterIdle, checks the items idle that long; and creates items until
+	// MinSize exist, never past MaxSize or while leases wait, failures logged
+	// and retried with backoff up to UpkeepInterval. An item being checked or
+	// created counts against MaxSize and is not lent. Close, Clear or
+	// SetMaxSize called from a callback the upkeep runs returns at once (a
+	// Shutdown there ends only with its ctx); a callback that panics or calls
+	// runtime.Goexit leaves the upkeep running. 0: no upkeep.
 	UpkeepInterval time.Duration
 
 	// Tracer sees each lease in the caller's goroutine: its start; its
@@ -220,14 +210,13 @@ type Options[T any] struct {
 	// nil: no tracing, and nothing on the lease and release fast path.
 	Tracer Tracer `json:"-"`
 
-	// Logger receives at Warn, with the pool's name as pool.name and the
-	// error as err, the errors no caller gets: a failed Destroy or Reset (on
-	// Release or Discard, on expiry or in the background), a creation whose
-	// lease gave up on it, and the background's creations (seeding, Clear's
-	// refill, MinIdle's spares, the upkeep's) and the upkeep's checks; and
-	// the long leases of LeakThreshold; with FailFastAfter, a Warn when the
-	// pool goes down and an Info when it comes back. nil: not logged (still
-	// counted in Stats).
+	// Logger receives at Warn, with the pool's name as pool.name and the error
+	// as err, the errors no caller gets: a failed Destroy or Reset, wherever
+	// it ran; a creation whose lease gave up on it; the background's creations
+	// (seeding, Clear's refill, MinIdle's spares, the upkeep's) and the
+	// upkeep's checks; and the long leases of LeakThreshold. With
+	// FailFastAfter, a Warn when the pool goes down and an Info when it comes
+	// back. nil: not logged (still counted in Stats).
 	Logger *slog.Logger `json:"-"`
 }
 
@@ -272,23 +261,17 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	return o, o.checkCreateTimeout()
 }
 
-// judges: a lease looks at an idle item before lending it, which may
-// have expired (IdleTimeout, MaxLifetime) or need a check (Preparer).
+// judges: an idle item may have expired or need a check before it is lent.
 func (o Options[T]) judges() bool {
 	return o.Preparer != nil || o.IdleTimeout > 0 || o.MaxLifetime > 0
 }
 
-// stamps: a release reads the clock, to judge the item's lifetime and
-// stamp when it went idle (IdleTimeout, MaxLifetime, or a Preparer with
-// CheckAfterIdle).
+// stamps: a release reads the clock, to judge lifetimes and stamp idleAt.
 func (o Options[T]) stamps() bool {
 	return o.IdleTimeout > 0 || o.MaxLifetime > 0 || o.Preparer != nil && o.CheckAfterIdle > 0
 }
 
-// checkCreateTimeout refuses the options that need a bound on each
-// creation and lack it: a factory call that never returns would hold its
-// turn under MaxConcurrentCreates for good, and would never count toward
-// FailFastAfter.
+// checkCreateTimeout refuses options that need CreateTimeout and lack it.
 func (o Options[T]) checkCreateTimeout() error {
 	if o.CreateTimeout > 0 {
 		return nil
@@ -305,8 +288,7 @@ func (o Options[T]) checkCreateTimeout() error {
 	return nil
 }
 
-// defaultName is T's type name without package paths or leading pointer
-// stars, plus ".Pool": *sql.Conn gives "Conn.Pool", Box[int] "Box[int].Pool".
+// defaultName is Name's default: *sql.Conn gives "Conn.Pool".
 func defaultName[T any]() string {
 	t := reflect.TypeFor[T]()
 	for t.Kind() == reflect.Pointer && t.Name() == "" {
@@ -319,8 +301,7 @@ func defaultName[T any]() string {
 	return unqualify(name) + ".Pool"
 }
 
-// unqualify drops the package path from every qualified identifier in a
-// type name: "Box[github.com/x/y.Item]" becomes "Box[Item]".
+// unqualify drops package paths: "Box[github.com/x/y.Item]" gives "Box[Item]".
 func unqualify(name string) string {
 	var b strings.Builder
 	start := 0
@@ -372,8 +353,7 @@ func (o Options[T]) checkCounts() error {
 	return nil
 }
 
-// configurable reports whether configuration may set the Options field f:
-// those tagged json:"-" are set in code only.
+// configurable: fields tagged json:"-" are set in code only.
 func configurable(f reflect.StructField) bool {
 	return f.Tag.Get("json") != "-"
 }
@@ -424,10 +404,8 @@ func setDuration(dst *time.Duration, raw json.RawMessage) error {
 
 const wantDuration = `a duration such as "30s" or "1m30s"`
 
-// maxShown bounds how much of a bad value an error quotes.
 const maxShown = 40
 
-// wantGot is the error for a value of the wrong form.
 func wantGot(want string, raw []byte) error {
 	return fmt.Errorf("want %s, got %s", want, shown(raw))
 }
@@ -442,19 +420,18 @@ func shown(raw []byte) string {
 }
 
 // UnmarshalJSON decodes o from a JSON object keyed by field name, matched
-// without regard to case as encoding/json does: {"MaxSize": 20,
-// "LeaseTimeout": "30s"}. A duration is a Go duration string ("1m30s")
-// within the range of time.Duration; a bare number but 0 ({"LeaseTimeout":
-// 30} would be 30 ns) and a duration that rounds to 0 ("0.1ns") are refused.
-// A key absent or null leaves its field as it was, so decoding a shared
-// section and then a per-pool one overlays the second on the first; of a
-// repeated key, the later wins.
+// case-insensitively as encoding/json does: {"MaxSize": 20, "LeaseTimeout":
+// "30s"}. A duration is a Go duration string ("1m30s") within time.Duration's
+// range; a bare number but 0 ({"LeaseTimeout": 30} would be 30 ns) and a
+// duration that rounds to 0 ("0.1ns") are refused. A key absent or null leaves
+// its field as it was, so decoding a shared section and then a per-pool one
+// overlays the second on the first; of a repeated key, the later wins.
 //
 // Decoding is strict: an unknown key, a value of the wrong type, an invalid
 // duration, a value other than null for a field tagged json:"-" (set in code
-// only, such as Preparer), or a document that is neither an object nor null
-// is an error that wraps ErrInvalidOptions and names the first offending key
-// in document order; o is then left unchanged. For example:
+// only, such as Preparer), or a document that is neither an object nor null is
+// an error that wraps ErrInvalidOptions and names the first offending key in
+// document order; o is then left unchanged. For example:
 //
 //	pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)
 //	pool: invalid options: LeaseTimeout: want a duration string such as "30s", got the bare number 30: durations need a unit ("30s" for 30 seconds, "30ms" for milliseconds)
@@ -517,8 +494,7 @@ func setKey(fields reflect.Value, key string, raw json.RawMessage) error {
 	return nil
 }
 
-// nearestKey returns the configurable field of t nearest to key, if at most
-// two edits away, or "".
+// nearestKey is t's configurable field nearest key, within two edits, or "".
 func nearestKey(t reflect.Type, key string) string {
 	best, bestDist := "", 3
 	for i := range t.NumField() {

@@ -47,8 +47,7 @@ func (f CheckFunc[T]) Prepare(ctx context.Context, item T) error {
 	return err
 }
 
-// checker runs the Preparer: on a lease, on every fresh item and on an
-// idle one due a check; in the upkeep, on the idle items due one.
+// checker runs the Preparer, for the leases and the upkeep.
 type checker[T any] struct {
 	preparer Preparer[T]
 	timeout  time.Duration // PreparationTimeout
@@ -59,7 +58,6 @@ type checker[T any] struct {
 	ob       *observer[T]
 }
 
-// checksIdle says whether the upkeep checks idle items: CheckAfterIdle.
 func (c *checker[T]) checksIdle() bool { return c.preparer != nil && c.after > 0 }
 
 // due says whether the Preparer must see an idle item: one it never
@@ -68,9 +66,8 @@ func (c *checker[T]) due(e *entry[T], now int64) bool {
 	return c.preparer != nil && (!e.checked || c.after == 0 || now-max(e.idleAt, e.checkedAt) >= c.after)
 }
 
-// check runs IsReady and, if not ready, Prepare, within PreparationTimeout
-// and ctx (the caller's on a lease, the pool's in the upkeep). Its caller
-// holds e's permit, with e out of the idle ring: one call sees e at a time.
+// check runs the Preparer on e within PreparationTimeout and ctx. The caller
+// holds e's permit, e out of the idle ring: one call sees e at a time.
 func (c *checker[T]) check(ctx context.Context, e *entry[T]) (err error) {
 	start := c.ob.stamp()
 	defer func() {

@@ -6,10 +6,6 @@ import (
 	"time"
 )
 
-// A figure derivable from the gate (gate.counts) or the ring's per-processor
-// counters is derived, never kept twice; the rest is counted here, the item
-// counts under one lock so that every snapshot keeps Stats' relations.
-
 // Stats is a snapshot of a pool's state and of what it has done since New.
 type Stats struct {
 	Name             string
@@ -82,14 +78,13 @@ type Stats struct {
 	LongLeases uint64
 }
 
-// counters are the Stats figures neither derived from the gate nor written
-// by leases (Leases, Waits and WaitTime live in the ring's slots).
+// counters are the Stats figures not derived from the gate (gate.counts) or
+// the ring's slots (Leases, Waits, WaitTime): no figure is kept twice.
 type counters struct {
 	timeouts, canceled, refused, prepareFail, createFails atomic.Uint64
 	longLeases                                            atomic.Uint64
 
-	// The item counts change (on creation and destruction only) and are read
-	// under mu, so that a snapshot keeps Stats' relations between them.
+	// The item counts are changed and read under mu, keeping Stats' relations.
 	mu                                         sync.Mutex
 	created, destroyed, detached               uint64
 	idleExpired, lifetimeExpired, destroyFails uint64
@@ -131,19 +126,16 @@ func (o *observer[T]) stats(s *Stats) {
 	c.mu.Unlock()
 }
 
-// Outstanding returns the leases out now, oldest first, with how long each
-// has been out and, with Options.TrackLeaseSites, where it was taken. It
-// lists only recorded leases: with Options.LeakThreshold or
-// TrackLeaseSites set, each lease records its start; without either it
-// returns nil, and Stats.ActiveLeases gives the count. Items being
-// created, checked or destroyed are not leases, and neither is an item
-// between two leases (one a Lease call is checking, or a Release call
-// resetting). Its length never exceeds the number of leases out at one
-// instant of the call, so it stays within MaxSize but for a while after
-// SetMaxSize shrank it, until the leases beyond the new MaxSize have
-// ended. It is the tool behind "look for slow or leaked leases" when
-// ErrLeaseTimeout appears, safe to call from a debug handler under load:
-// it costs the leases nothing. A lease leaked and found by the garbage
-// collector is listed until then, and no longer after. See "When leases
-// time out" in the package documentation.
+// Outstanding returns the leases out now, oldest first, with how long each has
+// been out and, with Options.TrackLeaseSites, where it was taken. Leases
+// record their start only with Options.LeakThreshold or TrackLeaseSites set;
+// without either it returns nil, and Stats.ActiveLeases gives the count. Items
+// being created, checked or destroyed are not leases, nor is an item between
+// two leases (being checked by a Lease call or reset by a Release). Its length
+// never exceeds the number of leases out at one instant of the call, so it
+// stays within MaxSize but after SetMaxSize shrank it, until the leases beyond
+// the new MaxSize have ended. A leaked lease is listed until the garbage
+// collector finds it. It costs the leases nothing, so a debug handler may call
+// it under load, to look for slow or leaked leases when ErrLeaseTimeout
+// appears: see "When leases time out" in the package documentation.
 func (p *Pool[T]) Outstanding() []LeaseInfo { return p.ob.outstanding() }

@@ -113,8 +113,7 @@ func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T],
 	return l, err
 }
 
-// leaseTraced is the lease between LeaseStart and LeaseEnd, which runs
-// also when user code panics (the panic goes on).
+// leaseTraced runs LeaseEnd also when user code panics (the panic goes on).
 func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
 	tr := p.ob.tracer
 	if c := tr.LeaseStart(ctx, p.opts.Name); c != nil {
@@ -148,8 +147,7 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 	return l, nil
 }
 
-// tracedEnd is read before the item goes anywhere: the item's next lease
-// writes its traceState.
+// tracedEnd is read before the item moves on: a next lease rewrites its trace.
 type tracedEnd struct {
 	ctx  context.Context // nil: nothing to report
 	held time.Duration
