@@ -19,7 +19,7 @@ import (
 // The caller must end the lease: defer l.Release(). Lease panics when ctx
 // is nil.
 func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
-	return p.lease(ctx, mayWait)
+	return p.lease(ctx, mayWait, nil)
 }
 
 // TryLease is Lease without the wait: when MaxSize items are in use, or
@@ -27,7 +27,7 @@ func (p *Pool[T]) Lease(ctx context.Context) (Lease[T], error) {
 // while the pool is down (Options.FailFastAfter) with no item idle,
 // ErrBackendDown. It may still create and prepare an item, within ctx.
 func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
-	return p.lease(ctx, noWait)
+	return p.lease(ctx, noWait, nil)
 }
 
 // Do leases an item, calls fn with it and ends the lease: Release when fn
@@ -44,7 +44,7 @@ func (p *Pool[T]) TryLease(ctx context.Context) (Lease[T], error) {
 //		return nil
 //	})
 func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
-	l, err := p.lease(ctx, mayWait)
+	l, err := p.lease(ctx, mayWait, nil)
 	if err != nil {
 		return err
 	}
@@ -64,58 +64,60 @@ func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
 	return err
 }
 
-// lease serves Lease, TryLease and Do. A pool whose leases have more to do
-// than take the parked item (slowLease) goes to leaseAtEdge, which comes
-// back through leaseVia; the fast path has nothing to measure.
-func (p *Pool[T]) lease(ctx context.Context, wait waitChoice) (Lease[T], error) {
+// lease serves Lease, TryLease and Do (lt nil). A pool whose leases have
+// more to do than take the parked item (slowLease) goes first to
+// leaseAtEdge, which calls back with its lt, the slow lease's measures
+// (and samples use_time); the fast path has nothing to measure. It takes the idle item in this
+// processor's slot, not retired by a Clear (docs/DESIGN.md, "Take and
+// park, written out"), but for a lease that judges it (lt.judge), else
+// goes to the gate.
+func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	if ctx == nil {
 		panic(errNilContext)
 	}
-	if p.slowLease {
+	if p.slowLease && lt == nil {
 		return p.leaseAtEdge(ctx, wait)
 	}
 	if err := ctx.Err(); err != nil {
 		return p.leaseFailed(ctx, errCanceled, err) // gave up already: take nothing
 	}
-	// An idle item in this processor's slot, not retired by a Clear:
-	// docs/DESIGN.md, "Take and park, written out".
 	if r := &p.g.slots; !r.bypass.Load() {
 		pid := procPin()
 		s := &r.s[pid&r.mask]
 		// Load first: a miss then costs no locked instruction.
 		if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
+			a := admitted
 			if e.era == r.era.Load() {
-				if k := r.countLease(pid); p.ob.sampled(k) { // still pinned: see countLease
-					p.ob.sampleUse(e) // reads the clock, pinned: nothing that may block
+				if lt == nil { // the fast path
+					r.countLease(pid) // still pinned: see countLease
+					procUnpin()
+					return Lease[T]{e: e, gen: e.gen.Load()}, nil
 				}
-				procUnpin()
-				return Lease[T]{e: e, gen: e.gen.Load()}, nil
+				if !lt.judge {
+					if k := r.countLease(pid); p.ob.sampled(k) {
+						p.ob.sampleUse(e) // reads the clock, pinned: nothing that may block
+					}
+					procUnpin()
+					return Lease[T]{e: e, gen: e.gen.Load()}, nil
+				}
+				a = admitParked
 			}
 			procUnpin()
-			return p.leaseSlow(ctx, e, nil, admitted, wait, &leaseTimes{})
+			if lt == nil {
+				lt = &leaseTimes{}
+			}
+			return p.leaseSlow(ctx, e, nil, a, wait, lt)
 		}
 		procUnpin()
-	}
-	return p.leaseFromGate(ctx, wait, nil)
-}
-
-// leaseVia is the lease of a slowLease pool, lt its measures: the parked
-// item, if any, goes through the slow path's judgement.
-func (p *Pool[T]) leaseVia(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
-	if err := ctx.Err(); err != nil {
-		return p.leaseFailed(ctx, errCanceled, err)
-	}
-	if e := p.g.slots.take(); e != nil {
-		return p.leaseSlow(ctx, e, nil, admitParked, wait, lt)
 	}
 	return p.leaseFromGate(ctx, wait, lt)
 }
 
 // leaseFromGate takes an idle item, or a permit to create one, from the
-// gate, which queues the lease when there is neither. lt is nil on the
-// fast path: then an idle item completes the lease there.
+// gate, which queues the lease when there is neither. An idle item that
+// needs no judgement and no metrics completes the lease there.
 func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
-	plain := lt == nil && p.ob.m == nil
+	plain := (lt == nil || !lt.judge) && p.ob.m == nil
 	e, w, a := p.g.acquire(ctx, wait, plain, 0)
 	if a == admitted && plain {
 		if p.opts.MinIdle > 0 {
@@ -331,7 +333,7 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTi
 	if p.g.retired(e) {
 		return destroyIt, reasonClear, nil
 	}
-	if !p.opts.judges() {
+	if !lt.judge {
 		return lendIt, 0, nil
 	}
 	if why, expired := p.ex.judge(e, now); expired {

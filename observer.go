@@ -126,17 +126,19 @@ func (o *observer[T]) factoryCalled(ctx context.Context, start int64, failed boo
 	}
 }
 
-// checked times a check begun at start (stamp), and counts it when it
-// failed.
-func (o *observer[T]) checked(ctx context.Context, start int64, failed bool) {
-	if failed {
-		o.c.prepareFail.Add(1)
-	}
+// measuring reports whether the pool records metrics.
+func (o *observer[T]) measuring() bool { return o.m != nil }
+
+// checkTimed times a check begun at start (stamp), however it ended.
+func (o *observer[T]) checkTimed(ctx context.Context, start int64) {
+	o.m.prepTime.Record(ctx, seconds(o.clk.now()-start), o.m.rec...)
+}
+
+// checkFailed counts a failed check.
+func (o *observer[T]) checkFailed(ctx context.Context) {
+	o.c.prepareFail.Add(1)
 	if o.m != nil {
-		o.m.prepTime.Record(ctx, seconds(o.clk.now()-start), o.m.rec...)
-		if failed {
-			o.m.prepErrors.Add(ctx, 1, o.m.add...)
-		}
+		o.m.prepErrors.Add(ctx, 1, o.m.add...)
 	}
 }
 

@@ -66,12 +66,14 @@ type Options[T any] struct {
 
 	// MaxConcurrentCreates caps the factory calls under way at once, the
 	// leases' and the background's (seeding, Clear's refill, MinIdle's spares,
-	// the upkeep's) together. A lease that would create past the cap waits in
-	// FIFO order with the others, within its ctx and LeaseTimeout, for an item
-	// released or created meanwhile, or for its turn to create; TryLease then
-	// fails with ErrExhausted. A creation keeps its turn until the factory
-	// returns, even after its lease gave up, so New requires CreateTimeout
-	// with it. At least 0; default 0: no cap but MaxSize.
+	// the upkeep's) together, so that a cold start or a Clear after a
+	// failover dials at a bounded rate. A lease that would create past the
+	// cap waits in FIFO order with the others, within its ctx and
+	// LeaseTimeout, for an item released or created meanwhile, or for its
+	// turn to create; TryLease then fails with ErrExhausted. A creation keeps
+	// its turn until the factory returns, even after its lease gave up, so
+	// New requires CreateTimeout with it. At least 0; default 0: no cap but
+	// MaxSize.
 	MaxConcurrentCreates int
 
 	// LeaseTimeout bounds, from the Lease call, all of a lease's waits for an

@@ -31,9 +31,9 @@ import (
 type Pool[T any] struct {
 	// The fast path's two bits, fixed by New from the options: slowLease,
 	// a lease has more to do than take its processor's parked item (a
-	// Tracer, lease records, items to judge); slowRelease, a release more
-	// than park it (Reset, MaxUses, the clock, a Tracer, use_time samples,
-	// LeakThreshold's reports).
+	// Tracer, lease records, items to judge, metrics); slowRelease, a
+	// release more than account for the lease's end and park it (Reset,
+	// MaxUses, the clock, a Tracer).
 	slowLease, slowRelease bool
 
 	g    gate[T]
@@ -162,8 +162,8 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 		pool: p, g: &p.g, ob: &p.ob, ds: &p.ds, ex: &p.ex,
 		handOn: p.giveBackToGate, askProbe: func() { p.kp.ask(wantProbe) },
 	}
-	p.slowLease = opts.Tracer != nil || p.ob.recorded() || opts.judges()
-	p.slowRelease = opts.Reset != nil || opts.MaxUses > 0 || opts.stamps() || opts.Tracer != nil || m != nil || opts.LeakThreshold > 0
+	p.slowLease = opts.Tracer != nil || p.ob.recorded() || opts.judges() || m != nil
+	p.slowRelease = opts.Reset != nil || opts.MaxUses > 0 || opts.stamps() || opts.Tracer != nil
 	p.setErrExhausted(opts.MaxSize)
 	return p, nil
 }

@@ -68,13 +68,11 @@ func (c *checker[T]) due(e *entry[T], now int64) bool {
 
 // check runs the Preparer on e within PreparationTimeout and ctx. The caller
 // holds e's permit, e out of the idle ring: one call sees e at a time.
-func (c *checker[T]) check(ctx context.Context, e *entry[T]) (err error) {
-	start := c.ob.stamp()
-	defer func() {
-		// An upkeep check that Close cut short says nothing about the item;
-		// a lease's counts whatever ended it.
-		c.ob.checked(ctx, start, err != nil && (ctx != c.done || c.done.Err() == nil))
-	}()
+func (c *checker[T]) check(ctx context.Context, e *entry[T]) error {
+	if c.ob.measuring() {
+		start := c.ob.stamp()
+		defer c.ob.checkTimed(ctx, start) // a panic's too
+	}
 	pctx, limit := ctx, c.timeout
 	var began int64
 	if limit > 0 {
@@ -94,6 +92,11 @@ func (c *checker[T]) check(ctx context.Context, e *entry[T]) (err error) {
 		err = context.DeadlineExceeded
 	}
 	if err != nil {
+		// An upkeep check that Close cut short says nothing about the
+		// item; a lease's counts whatever ended it.
+		if ctx != c.done || c.done.Err() == nil {
+			c.ob.checkFailed(ctx)
+		}
 		return c.failed(ctx, err, timedOut)
 	}
 	e.checked = true

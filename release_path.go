@@ -6,12 +6,16 @@ import "fmt"
 // once: to a slot, to the gate, or to Destroy; Detach frees the permit.
 // Before that, the lease's end is accounted for (leaseEnded), once.
 
-// release takes back a Released item. The fast path parks it as it is;
-// the rest (slowRelease) is out of line, and so are retired items.
+// release takes back a Released item. The fast path accounts for the
+// lease's end (entry.atEnd) and parks the item as it is; the rest
+// (slowRelease) is out of line, and so are retired items.
 func (p *Pool[T]) release(e *entry[T]) {
 	if p.slowRelease {
 		p.releaseSlow(e)
 		return
+	}
+	if e.atEnd.Load() != 0 { // a use_time sample, or a report of a held lease
+		p.ob.leaseEnded(e)
 	}
 	if p.g.retired(e) {
 		p.end(e, reasonClear, "release")
@@ -28,16 +32,17 @@ func (p *Pool[T]) release(e *entry[T]) {
 	p.giveBackToGate(e)
 }
 
-// releaseSlow is release in a pool with Reset or MaxUses, one that stamps
-// releases, or one whose lease ends have something to account for or to
-// tell the Tracer, which sees the end once the item is given back (also
-// when Reset or Destroy panics).
+// releaseSlow is release in a pool with Reset, MaxUses or a Tracer, or
+// one that stamps releases. The Tracer sees the end once the item is given
+// back (also when Reset or Destroy panics).
 func (p *Pool[T]) releaseSlow(e *entry[T]) {
 	if p.g.retired(e) {
 		p.end(e, reasonClear, "release")
 		return
 	}
-	defer p.ob.released(p.ob.endTrace(e), "release")
+	if p.ob.tracer != nil {
+		defer p.ob.released(p.ob.endTrace(e), "release")
+	}
 	p.ob.leaseEnded(e) // the lease ended with Release, before Reset
 	if p.opts.MaxUses > 0 && e.gen.Load() >= uint64(p.opts.MaxUses) {
 		p.ds.later(e, reasonUses, nil) // its MaxUses-th lease: gen counts the ended leases

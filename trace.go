@@ -70,11 +70,12 @@ type ReleaseTrace struct {
 	How string
 }
 
-// leaseTimes is what a slow lease knows of itself. since, the monotime its
+// leaseTimes is what a slow lease knows of itself. judge: its idle item is
+// judged (a Preparer, IdleTimeout or MaxLifetime). since, the monotime its
 // LeaseTimeout counts from, is read at its first wait or check: what came
 // before is not worth a clock read per lease. create and prepare: if traced.
 type leaseTimes struct {
-	traced                bool
+	traced, judge         bool
 	queued                bool
 	since                 int64
 	wait, create, prepare time.Duration
@@ -105,7 +106,7 @@ func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T],
 	if p.ob.tracer != nil {
 		l, err = p.leaseTraced(ctx, wait)
 	} else {
-		l, err = p.leaseVia(ctx, wait, &leaseTimes{})
+		l, err = p.lease(ctx, wait, &leaseTimes{judge: p.opts.judges()})
 	}
 	if err == nil && p.ob.recorded() {
 		p.ob.record(l)
@@ -119,7 +120,7 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 	if c := tr.LeaseStart(ctx, p.opts.Name); c != nil {
 		ctx = c
 	}
-	tm := leaseTimes{traced: true}
+	tm := leaseTimes{traced: true, judge: p.opts.judges()}
 	step := stepLeasing
 	defer func() {
 		switch step {
@@ -130,7 +131,7 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 			l.Release()
 		}
 	}()
-	l, err = p.leaseVia(ctx, wait, &tm)
+	l, err = p.lease(ctx, wait, &tm)
 	t := LeaseTrace{Pool: p.opts.Name, Err: err, Wait: tm.wait, Create: tm.create, Prepare: tm.prepare}
 	if err != nil {
 		step = stepDone

@@ -325,6 +325,6 @@ func TestUseTimeNotWithoutAMeterProvider(t *testing.T) {
 	}
 	mp, _ := newUtProvider(t)
 	q, _ := newTracked(t, Options[*conn]{MinSize: 1, MeterProvider: mp})
-	assert.False(t, q.slowLease, "a sampled lease takes the fast path")
-	assert.True(t, q.slowRelease, "its release records the sample")
+	assert.True(t, q.slowLease, "a lease is sampled on leaseAtEdge's way")
+	assert.False(t, q.slowRelease, "its release takes the fast path")
 }
