@@ -9,6 +9,7 @@ import (
 	"log"
 	"slices"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -115,4 +116,34 @@ func attrs(set attribute.Set) string {
 		kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.String()))
 	}
 	return strings.Join(kv, ",")
+}
+
+// Outstanding lists the leases out now, oldest first, when leases record
+// themselves (LeakThreshold or TrackLeaseSites); without either it returns
+// nil, and Stats.ActiveLeases gives the count.
+func ExamplePool_Outstanding() {
+	ctx := context.Background()
+	plain, err := pool.New[*session](ctx, &sessions{}, pool.Options[*session]{MaxSize: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer plain.Close()
+	recorded, err := pool.New[*session](ctx, &sessions{}, pool.Options[*session]{MaxSize: 2, LeakThreshold: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer recorded.Close()
+
+	for _, p := range []*pool.Pool[*session]{plain, recorded} {
+		first, _ := p.Lease(ctx)
+		second, _ := p.Lease(ctx)
+		out := p.Outstanding()
+		fmt.Printf("%d leases out; Outstanding: nil %v, %d listed, oldest first %v\n",
+			p.Stats().ActiveLeases, out == nil, len(out), len(out) < 2 || out[0].Age >= out[1].Age)
+		first.Release()
+		second.Release()
+	}
+	// Output:
+	// 2 leases out; Outstanding: nil true, 0 listed, oldest first true
+	// 2 leases out; Outstanding: nil false, 2 listed, oldest first true
 }

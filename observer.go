@@ -201,11 +201,9 @@ func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *lease
 
 // leaseEnded accounts, once and before the item goes anywhere, for the end
 // of e's lease (gen has moved on): a sampled use_time, a reported holder.
+// It does nothing when atEnd is 0, which the releases test first.
 func (o *observer[T]) leaseEnded(e *entry[T]) {
 	w := e.atEnd.Load()
-	if w == 0 {
-		return
-	}
 	if w&atEndSampled != 0 {
 		o.m.useTime.Record(context.Background(), seconds(o.clk.now()-e.useFrom), o.m.rec...)
 		e.atEnd.And(^uint32(atEndSampled))

@@ -264,12 +264,12 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 }
 
 // judges: an idle item may have expired or need a check before it is lent.
-func (o Options[T]) judges() bool {
+func (o *Options[T]) judges() bool {
 	return o.Preparer != nil || o.IdleTimeout > 0 || o.MaxLifetime > 0
 }
 
 // stamps: a release reads the clock, to judge lifetimes and stamp idleAt.
-func (o Options[T]) stamps() bool {
+func (o *Options[T]) stamps() bool {
 	return o.IdleTimeout > 0 || o.MaxLifetime > 0 || o.Preparer != nil && o.CheckAfterIdle > 0
 }
 

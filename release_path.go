@@ -43,7 +43,9 @@ func (p *Pool[T]) releaseSlow(e *entry[T]) {
 	if p.ob.tracer != nil {
 		defer p.ob.released(p.ob.endTrace(e), "release")
 	}
-	p.ob.leaseEnded(e) // the lease ended with Release, before Reset
+	if e.atEnd.Load() != 0 {
+		p.ob.leaseEnded(e) // the lease ended with Release, before Reset
+	}
 	if p.opts.MaxUses > 0 && e.gen.Load() >= uint64(p.opts.MaxUses) {
 		p.ds.later(e, reasonUses, nil) // its MaxUses-th lease: gen counts the ended leases
 		return
