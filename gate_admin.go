@@ -160,20 +160,6 @@ func (g *gate[T]) items() int {
 	return g.held + g.idle.len()
 }
 
-// maxSize returns the gate's size now.
-func (g *gate[T]) maxSize() int {
-	g.lock()
-	defer g.unlock()
-	return g.size
-}
-
-// queueAndSize returns the waiters, the size, the turns taken and the dying.
-func (g *gate[T]) queueAndSize() (queued, size, creating, dying int) {
-	g.lock()
-	defer g.unlock()
-	return g.waiters.n, g.size, g.creating, g.dying
-}
-
 // resize sets the size to n, or returns ErrClosed. Growing grants waiters,
 // oldest first, bare permits as far as n allows. Shrinking below the items
 // alive takes out idle items, up to the excess, with dying permits for the

@@ -196,16 +196,16 @@ func (k *keeper[T]) turnOn(p *Pool[T]) bool {
 
 // next is the wait from now until the next thing due.
 func (k *keeper[T]) next(now time.Time) time.Duration {
-	wait := time.Duration(1<<63 - 1)
-	for _, at := range []struct {
-		when time.Time
-		on   bool
+	at := now.Add(time.Duration(1<<62 - 1))
+	for _, due := range [...]struct {
+		at time.Time
+		on bool
 	}{{k.upkeepAt, k.upkeepEvery > 0}, {k.watchAt, k.watchEvery > 0}, {k.fillAt, k.owed != 0}} {
-		if at.on {
-			wait = min(wait, at.when.Sub(now))
+		if due.on && due.at.Before(at) {
+			at = due.at
 		}
 	}
-	return max(wait, 0)
+	return max(at.Sub(now), 0)
 }
 
 // wait waits, after Close canceled done, until the goroutine and the work
@@ -274,7 +274,8 @@ func (k *keeper[T]) upkeepRound(p *Pool[T]) (ok bool) {
 // one that passes goes back idle, not due again for CheckAfterIdle.
 func (k *keeper[T]) checkIdle(p *Pool[T], now int64) {
 	due := func(e *entry[T]) bool { return p.ck.due(e, now) }
-	for range p.g.maxSize() { // each item at most once: a checked one is not due
+	_, _, _, size, _, _, _ := p.g.counts()
+	for range size { // each item at most once: a checked one is not due
 		e := p.g.takeIdleIf(due)
 		if e == nil {
 			return

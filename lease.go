@@ -13,6 +13,11 @@ import (
 type entry[T any] struct {
 	// gen is the lease generation: a Lease is valid while gen equals its own.
 	gen atomic.Uint64
+	// atEnd is what the lease's end must account for (observer.leaseEnded),
+	// one word every release tests; holder and watcher change its bits
+	// atomically. Beside gen, on the line the release has just written: a
+	// line of its own would be shared with the next entry in memory.
+	atEnd atomic.Uint32
 
 	value T
 	pool  *Pool[T]
@@ -42,10 +47,6 @@ type entry[T any] struct {
 
 	// self is the registry's weak pointer to the entry (observer.go).
 	self weak.Pointer[entry[T]]
-
-	// atEnd is what the lease's end must account for (observer.leaseEnded),
-	// one word a release tests; holder and watcher change its bits atomically.
-	atEnd atomic.Uint32
 }
 
 const (

@@ -260,7 +260,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 // error if one failed since.
 func (p *Pool[T]) timeoutError(since int64) error {
 	waited := time.Duration(monotime() - since)
-	queued, size, creating, dying := p.g.queueAndSize()
+	_, _, queued, size, creating, dying, _ := p.g.counts()
 	what := fmt.Sprintf("every item stayed in use (MaxSize %d)", size)
 	if creating >= p.g.creationsCap() {
 		what = fmt.Sprintf("no item came free, and the creations stayed at MaxConcurrentCreates (%d)", creating)

@@ -563,7 +563,7 @@ func hdEventually(t *testing.T, cond func() bool, msg string, args ...any) {
 // creatingNow is the turns to create taken now: the creations under way,
 // and those about to start or just ended.
 func creatingNow[T any](p *Pool[T]) int {
-	_, _, creating, _ := p.g.queueAndSize()
+	_, _, _, _, creating, _, _ := p.g.counts()
 	return creating
 }
 
