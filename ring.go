@@ -136,20 +136,8 @@ func (r *slots[T]) countWait(waited int64) {
 	}
 }
 
-// take takes the entry parked in this processor's slot, with its permit,
-// or returns nil; the fast path has it written out in Pool.lease, as
-// Pool.release has park's (docs/DESIGN.md, "Take and park, written out").
-func (r *slots[T]) take() *entry[T] {
-	if r.bypass.Load() {
-		return nil
-	}
-	s := &r.s[procPin()&r.mask]
-	procUnpin()
-	if e := s.e.Load(); e != nil && s.e.CompareAndSwap(e, nil) {
-		return e
-	}
-	return nil
-}
+// take is written out in Pool.lease, and park's fast path in Pool.release
+// (docs/DESIGN.md, "Take and park, written out").
 
 // park parks e, whose permit the caller holds, in its processor's slot. On
 // false (slot full or bypass set) e and its permit stay with the caller.
