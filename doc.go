@@ -264,7 +264,7 @@
 // of SeedInBackground, MinIdle, Clear's refill and FailFastAfter's probe,
 // and LeakThreshold's scans. (User callbacks may run on short-lived
 // goroutines of the pool's besides: Destroy, OnLeak, a creation whose
-// lease gave up.) It holds the pool weakly, so a pool dropped without
+// lease gave up, SeedInBackground's seeding.) It holds the pool weakly, so a pool dropped without
 // Close is collected, and the goroutine ends. Close stops it and waits for
 // its callbacks; after Close returns none runs.
 //
