@@ -11,17 +11,16 @@ import (
 )
 
 // The maker: the factory calls, CreateTimeout, abandoned creations, New's
-// seeding and the health record of FailFastAfter.
+// seeding and FailFastAfter's health record.
 //
 // A creation holds a bare permit from before the factory call until its
-// item is handed on or the creation fails and frees it; exactly one of
-// caller and creating goroutine owns it at any instant (creation.state).
-// Its turn to create (gate.creating) ends with the factory call, or with
-// create when it does not call it, or, for a creation its caller
-// abandoned, once its item is handed on: Close waits for the turns. The
-// factory's context keeps the caller's values, not its cancellation;
-// CreateTimeout bounds it and Close cancels it, so its errors never match
-// the caller's ctx (ownCtxErr).
+// item is handed on or it fails and frees it; exactly one of caller and
+// creating goroutine owns it at any instant (creation.state). Its turn to
+// create (gate.creating), which Close waits for, ends with the factory
+// call (or create, if it calls none), or, once abandoned, when its item is
+// handed on. The factory's context keeps the caller's values, not its
+// cancellation; CreateTimeout bounds it and Close cancels it, so its
+// errors never match the caller's ctx (ownCtxErr).
 type maker[T any] struct {
 	factory   Factory[T]
 	name      string
@@ -38,9 +37,7 @@ type maker[T any] struct {
 	ob   *observer[T]
 	ds   *destroyer[T]
 	ex   *expiry[T]
-	// handOn gives an item made for nobody to the oldest waiter, or makes
-	// it idle (Pool.giveBackToGate); askProbe asks the keeper for the
-	// probe (keeper.ask).
+	// handOn: Pool.giveBackToGate, for items made for nobody; askProbe: keeper.ask.
 	handOn   func(*entry[T])
 	askProbe func()
 }
@@ -55,9 +52,8 @@ type seedResult[T any] struct {
 	panicVal any // a *panicError, or errFactoryGoexit
 }
 
-// seed creates n idle items for New. The first failure cancels the rest,
-// every item made is destroyed, and seed returns the error or re-raises the
-// factory's first panic.
+// seed creates n idle items for New. The first failure cancels the rest
+// and destroys every item made; seed returns it, or re-raises a panic.
 func (m *maker[T]) seed(ctx context.Context, n int) error {
 	if n == 0 {
 		return nil
@@ -99,9 +95,8 @@ func (m *maker[T]) seed(ctx context.Context, n int) error {
 	return err
 }
 
-// seedOne is one of seed's creations, under sctx (New's ctx, canceled at
-// the first failure) and sem: it sends its result, a panic or Goexit of
-// the factory included.
+// seedOne is one of seed's creations, under sctx (canceled at the first
+// failure) and sem; it sends its result, a factory panic or Goexit too.
 func (m *maker[T]) seedOne(ctx, sctx context.Context, sem chan struct{}, results chan<- seedResult[T]) {
 	r := seedResult[T]{panicVal: errFactoryGoexit} // until the factory returns
 	defer func() {
@@ -147,10 +142,9 @@ const (
 	callAbandoned
 )
 
-// create makes an item for a caller holding a permit. When ctx can end,
-// the factory runs on its own goroutine: if the caller gives up, the
-// creation finishes in the background and the permit goes with it
-// (abandonedIt). A factory panic reaches the caller if it still waits.
+// create makes an item for a caller holding a permit; if ctx can end, on a
+// goroutine of its own, which keeps the permit when the caller gives up
+// (abandonedIt). A factory panic reaches a caller still waiting.
 func (m *maker[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, err error) {
 	if err := ctx.Err(); err != nil {
 		m.g.createEnded()
@@ -181,10 +175,9 @@ func (m *maker[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, e
 	return c.e, false, c.err
 }
 
-// createAsync owns the permit once the caller abandons c. It finishes in
-// a deferred call, so a factory panic or runtime.Goexit still reaches the
-// waiting caller or frees the abandoned permit. Its turn to create ends
-// last, once an abandoned item is handed on: Close waits for it.
+// createAsync owns the permit once the caller abandons c. It finishes in a
+// deferred call, so a factory panic or Goexit still reaches the waiting
+// caller or frees the abandoned permit.
 func (m *maker[T]) createAsync(ctx context.Context, c *creation[T]) {
 	c.panicked = true // until createCall returns
 	defer func() {
@@ -207,8 +200,7 @@ func (m *maker[T]) createAsync(ctx context.Context, c *creation[T]) {
 	c.panicked = false
 }
 
-// errFactoryGoexit is what a waiting caller panics with when the factory
-// called runtime.Goexit on the creating goroutine.
+// errFactoryGoexit is a waiting caller's panic when the factory called Goexit.
 var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
 
 // adopt finishes an abandoned creation: a failure is logged and frees the
@@ -232,8 +224,7 @@ func (m *maker[T]) createDetached(ctx context.Context) (*entry[T], error) {
 	return m.createCall(ctx)
 }
 
-// createCall calls the factory with ctx's values but not its cancellation,
-// canceled by Close and bounded by CreateTimeout.
+// createCall calls the factory in its own context (see maker).
 func (m *maker[T]) createCall(ctx context.Context) (*entry[T], error) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -276,9 +267,8 @@ func (m *maker[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	return e, nil
 }
 
-// callFactory calls the factory, counting failures (a nil item, a panic
-// and a Goexit too) in Stats.CreateErrors and timing every call in
-// pool.items.create_time.
+// callFactory calls the factory, timing each call (pool.items.create_time)
+// and counting failures, nil item, panic or Goexit too (Stats.CreateErrors).
 func (m *maker[T]) callFactory(ctx context.Context) (v T, err error) {
 	start := m.ob.stamp()
 	returned := false
@@ -291,9 +281,8 @@ func (m *maker[T]) callFactory(ctx context.Context) (v T, err error) {
 	return v, err
 }
 
-// fill creates idle items one at a time while the gate grants the permits
-// (tryAcquireFill), and reports false when a creation failed or the pool
-// is down (only the probe creates then). who is for the log.
+// fill creates idle items, one at a time, while tryAcquireFill grants
+// permits; false on a failure or while down (only the probe creates then).
 func (m *maker[T]) fill(count fillCount, n int, who string) bool {
 	for {
 		if !m.g.tryAcquireFill(n, count) {
@@ -305,8 +294,7 @@ func (m *maker[T]) fill(count fillCount, n int, who string) bool {
 	}
 }
 
-// probe creates one item while the pool is down, with a free permit even
-// if leases wait: its first success brings the pool up.
+// probe creates one item while down, with a free permit even if leases wait.
 func (m *maker[T]) probe() bool {
 	if !m.g.isDown() {
 		return true
@@ -339,15 +327,13 @@ func (m *maker[T]) createIdle(who string) (ok bool) {
 
 // # Fail fast while the backend is down
 //
-// With FailFastAfter, FailFastAfter failed creations in a row put the pool
-// down, and the next success brings it up; New's own seeding, which fails
-// New, does not count. While down, the gate grants no turn to create but
-// the probe's, which the keeper runs. The last failure stays for
-// ErrBackendDown and ErrLeaseTimeout to wrap.
+// With FailFastAfter, that many failed creations in a row (not New's own
+// seeding, which fails New) put the pool down; the next success brings it
+// up. While down, the gate grants no turn to create but the keeper's probe.
+// The last failure stays for ErrBackendDown and ErrLeaseTimeout to wrap.
 
-// health is what FailFastAfter and ErrLeaseTimeout read of the creations.
-// Whether the pool is down is the gate's (gate.down), which grants the
-// places and turns to create.
+// health is what FailFastAfter and ErrLeaseTimeout read of the creations;
+// whether the pool is down is the gate's (gate.down).
 type health struct {
 	inARow atomic.Int64 // failed creations since the last success
 	last   atomic.Pointer[failedCreation]
@@ -359,8 +345,7 @@ type failedCreation struct {
 	at  int64 // monotime
 }
 
-// failed records a creation's failure; the one that puts the pool down
-// logs it and asks for the probe.
+// failed records a failure; the one that puts the pool down logs, asks a probe.
 func (m *maker[T]) failed(err error) {
 	at := monotime()
 	m.health.last.Store(&failedCreation{err: err, at: at})
@@ -386,15 +371,13 @@ func (m *maker[T]) succeeded() {
 	}
 }
 
-// backendDown is what a lease that would create fails with while the pool
-// is down: ErrBackendDown, wrapping the last creation's error (recorded
-// before the pool went down).
+// backendDown is a creating lease's error while down: ErrBackendDown,
+// wrapping the last creation's error (recorded before the pool went down).
 func (m *maker[T]) backendDown() error {
 	return fmt.Errorf("%w: %w", ErrBackendDown, m.health.last.Load().err)
 }
 
-// failedSince returns the last creation's error if it failed at or after
-// monotime since, or nil.
+// failedSince is the last creation's error if it failed at or after since.
 func (m *maker[T]) failedSince(since int64) error {
 	if last := m.health.last.Load(); last != nil && last.at >= since {
 		return last.err

@@ -12,15 +12,13 @@ import (
 // The destroyer: the Destroy calls, on goroutines of their own.
 //
 // The invariant: an item counts against MaxSize until its destruction
-// ends. Whoever lets an item go hands it, with its permit, to later (or,
-// for the items the gate took out of the idle ring and counted as dying
-// already, to taken) and returns at once; the Destroy call runs on a
-// goroutine of its own (run), which frees the permit (or hands it on, as
-// the right to create a fresh item) once Destroy has returned, panicked or
-// called runtime.Goexit, or once DestroyTimeout has passed, whichever
-// comes first. Every destruction is counted exactly once, by reason. The
-// gate counts the destructions not ended (gate.dying): Stats.Destroying,
-// and what Close waits for.
+// ends. Whoever lets an item go hands it with its permit to later (or to
+// taken, if the gate took it out of the idle ring as dying already) and
+// returns at once; run calls Destroy and frees the permit (or hands it on,
+// as the right to create) once Destroy returns, panics or calls
+// runtime.Goexit, or DestroyTimeout passes, whichever comes first. Each
+// destruction is counted once, by reason. gate.dying counts those not
+// ended: Stats.Destroying, and what Close waits for.
 type destroyer[T any] struct {
 	destroy func(T) error // Options.Destroy, or closeItem
 	timeout time.Duration // DestroyTimeout
@@ -29,8 +27,7 @@ type destroyer[T any] struct {
 	ob      *observer[T]
 }
 
-// reason is why an item is destroyed: the reason attribute of
-// pool.items.destroyed.
+// reason is why an item is destroyed: pool.items.destroyed's reason attribute.
 type reason int
 
 const (
@@ -51,11 +48,10 @@ var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "di
 // String returns the reason as pool.items.destroyed names it.
 func (r reason) String() string { return reasonNames[r] }
 
-// later destroys e, an item whose permit the caller holds, for why, and
-// frees the permit once that is done: the caller never waits for a
-// Destroy. From this call on, e is no lease and no leak. A failed or
-// panicking Destroy is logged and counted; with b, its end is counted in b
-// too, and its error kept there when b keeps errors.
+// later destroys e, whose permit the caller holds, for why, without
+// waiting. From this call on, e is no lease and no leak. A failed or
+// panicking Destroy is logged and counted, in b too if not nil (its error
+// kept if b keeps errors).
 func (d *destroyer[T]) later(e *entry[T], why reason, b *destroyBatch) {
 	d.g.toDestroy()
 	d.taken(e, why, b)
@@ -70,9 +66,8 @@ func (d *destroyer[T]) taken(e *entry[T], why reason, b *destroyBatch) {
 	go d.run(e, why, b)
 }
 
-// destroyBatch is a batch of destructions that someone waits for:
-// Close and New after a failed seeding, which keep the errors to return
-// them, and Clear's refill, which waits for the permit.
+// destroyBatch: destructions someone waits for: Close and New after a
+// failed seeding, which keep the errors, and Clear's refill.
 type destroyBatch struct {
 	keep    bool         // keep the errors, for the caller to return them too
 	pending atomic.Int32 // Destroy calls not ended yet
@@ -86,8 +81,7 @@ func newDestroyBatch(keep bool) *destroyBatch {
 	return &destroyBatch{keep: keep, done: make(chan struct{})}
 }
 
-// ended counts one Destroy of the batch ended, with err, which it keeps
-// when the batch keeps errors.
+// ended counts one Destroy of the batch ended, keeping err if b keeps errors.
 func (b *destroyBatch) ended(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -99,8 +93,7 @@ func (b *destroyBatch) ended(err error) {
 	}
 }
 
-// seal says that the batch is complete: done closes once every Destroy of
-// it has ended (at once, when they all have).
+// seal completes the batch: done closes once every Destroy of it has ended.
 func (b *destroyBatch) seal() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -117,10 +110,9 @@ func (b *destroyBatch) join() error {
 	return errors.Join(b.errs...)
 }
 
-// all destroys items the gate took out, as taken does, all at once, waits until each of their Destroy calls
-// has returned or timed out, and returns their joined errors (a panic's
-// among them, with its stack). When ctx ends first, it returns ctx.Err()
-// as werr, and the Destroy calls go on (their errors logged).
+// all destroys the items the gate took out, as taken does, and returns the
+// joined errors (a panic's with its stack) once each Destroy returned or timed
+// out; if ctx ends first, werr is ctx.Err() and they go on (errors logged).
 func (d *destroyer[T]) all(ctx context.Context, es []*entry[T], why reason) (err, werr error) {
 	b := newDestroyBatch(true)
 	for _, e := range es {
@@ -132,17 +124,15 @@ func (d *destroyer[T]) all(ctx context.Context, es []*entry[T], why reason) (err
 	return b.join(), nil
 }
 
-// A Destroy call's states: running until Destroy returns (finished) or
-// DestroyTimeout passes (timedOut), whichever comes first, once.
+// A Destroy call's states: running until finished or timedOut, once.
 const (
 	destroyRunning int32 = iota
 	destroyFinished
 	destroyTimedOut
 )
 
-// run calls Destroy on e, and ends the destruction (end) when Destroy
-// returns, panics or calls runtime.Goexit, or when DestroyTimeout passes
-// first; a Destroy past its timeout is left to finish on its own.
+// run calls Destroy on e and ends the destruction (end) at its return,
+// panic or Goexit, or at DestroyTimeout first, leaving Destroy to finish.
 func (d *destroyer[T]) run(e *entry[T], why reason, b *destroyBatch) {
 	var state atomic.Int32
 	if d.timeout > 0 {
@@ -176,9 +166,8 @@ var (
 	errDestroyTimeout = errors.New("no return from Destroy within DestroyTimeout")
 )
 
-// end ends a destruction, once: it counts it (failed when err is not
-// nil), logs err, frees the permit, and counts it in b (keeping err for a
-// caller that returns it), last: a batch's waiter finds its permits free.
+// end ends a destruction: counts it (failed if err), logs err, frees the
+// permit, and last counts it in b, so a batch's waiter finds its permits free.
 func (d *destroyer[T]) end(why reason, err error, b *destroyBatch) {
 	d.ob.destroyed(why, err != nil)
 	if err != nil {

@@ -10,21 +10,19 @@ import (
 )
 
 // The keeper: a pool's one background goroutine, started with the pool
-// when it has an upkeep (UpkeepInterval) or LeakThreshold, else at the
-// first ask for items (SeedInBackground, Clear's refill, MinIdle's spares,
-// FailFastAfter's probe). Each turn it does what is due: the upkeep's
-// round, LeakThreshold's scan, and the creations asked for, backing off
-// after a failure. Between turns it holds the pool only weakly, so that a
-// pool dropped without Close is collected, and the goroutine ends then.
+// for an upkeep (UpkeepInterval) or LeakThreshold, else at the first ask
+// (SeedInBackground, Clear's refill, MinIdle's spares, FailFastAfter's
+// probe). Each turn does what is due: the upkeep's round, LeakThreshold's
+// scan, the creations asked for, backing off after a failure. It holds the
+// pool weakly between turns, and its state is an allocation apart, so the
+// goroutine does not hold the pool: one dropped without Close is collected,
+// and the goroutine ends then.
 //
-// The invariant: the keeper never holds an item a lease could have, unless
-// it holds that item's permit. An item it checks or creates counts against
-// MaxSize and is out of the idle ring meanwhile, so no lease receives it
-// mid-check and the cap holds; it creates nothing while leases queue, since
-// those create items of their own. Nothing of it runs on the fast path.
-//
-// The keeper's state is an allocation apart from the pool, so that the
-// goroutine, which holds it, does not hold the pool.
+// The invariant: the keeper holds no item a lease could have without that
+// item's permit. An item it checks or creates counts against MaxSize and
+// is out of the idle ring meanwhile, so no lease gets it mid-check and the
+// cap holds; it creates nothing while leases queue, as they create their
+// own. Nothing of it runs on the fast path.
 type keeper[T any] struct {
 	self weak.Pointer[Pool[T]]
 	done context.Context // Close's
@@ -41,17 +39,15 @@ type keeper[T any] struct {
 
 	// started: the goroutine has started, or Close has forbidden it to.
 	started atomic.Bool
-	// running counts the goroutine (goroutineWeight while it runs) and the
-	// work it runs apart (one each: OnLeak calls, seeding creations);
-	// stopped closes when it comes to zero.
+	// running counts the goroutine (goroutineWeight) and each piece of work
+	// it runs apart (OnLeak calls, seeding creations); stopped closes at 0.
 	running atomic.Int64
 	stopped chan struct{}
 	// turn is held while a turn runs: see wait.
 	turn sync.Mutex
 
-	// The goroutine's own, kept here so that a successor after a
-	// runtime.Goexit in a callback goes on from them. The times are
-	// time.Now's, as the timers count (in a synctest bubble, its clock).
+	// The goroutine's own, here so a successor after a runtime.Goexit in a
+	// callback goes on from them; times are time.Now's, as the timers count.
 	upkeepAt, watchAt, fillAt  time.Time // when each is due next
 	upkeepBackoff, fillBackoff time.Duration
 	owed                       uint32 // wants a failed turn owes, retried at fillAt
@@ -69,8 +65,7 @@ const (
 // goroutineWeight is the keeper's goroutine's share of keeper.running.
 const goroutineWeight = 1 << 32
 
-// upkeepTestHooks are set by tests only: scheduled sees each wait the
-// keeper sets before its next upkeep round.
+// upkeepTestHooks, for tests: scheduled sees each wait before a round.
 var upkeepTestHooks struct {
 	scheduled func(time.Duration)
 }
@@ -93,8 +88,7 @@ func newKeeper[T any](p *Pool[T]) *keeper[T] {
 	return k
 }
 
-// start starts the goroutine, once: its first upkeep round and scan come
-// an interval after.
+// start starts the goroutine once; the first round and scan wait an interval.
 func (k *keeper[T]) start() {
 	if k.started.Load() || !k.started.CompareAndSwap(false, true) {
 		return
@@ -118,17 +112,15 @@ func (k *keeper[T]) ask(want uint32) {
 	}
 }
 
-// refill asks for the idle items to be refilled to MinSize once after
-// closes (Clear's destroys have ended).
+// refill asks for MinSize idle items once after closes (Clear's destroys).
 func (k *keeper[T]) refill(after <-chan struct{}) {
 	k.refillAfter.Store(&after)
 	k.ask(wantRefill)
 }
 
-// run is the goroutine: a turn at each ask and whenever something falls
-// due, until Close or the pool is collected. When a callback calls
-// runtime.Goexit, which ends this goroutine, the keeper goes on on a new
-// one.
+// run is the goroutine: a turn at each ask and when something falls due,
+// until Close or the pool is collected. After a callback's runtime.Goexit
+// ends it, the keeper goes on on a new one.
 func (k *keeper[T]) run() {
 	returned := false
 	defer func() {
@@ -164,8 +156,7 @@ func (k *keeper[T]) ended(weight int64) {
 	}
 }
 
-// apart runs f on a goroutine of its own that Close waits for as the
-// keeper's: an OnLeak call, a seeding creation.
+// apart runs f on a goroutine of its own, which Close waits for as the keeper's.
 func (k *keeper[T]) apart(f func()) {
 	k.running.Add(1)
 	go func() {
@@ -174,8 +165,7 @@ func (k *keeper[T]) apart(f func()) {
 	}()
 }
 
-// turnOn does what is due, holding turn throughout, unless Close has
-// begun: then it does nothing and reports false.
+// turnOn does what is due, holding turn; once Close has begun, nothing (false).
 func (k *keeper[T]) turnOn(p *Pool[T]) bool {
 	k.turn.Lock()
 	defer k.turn.Unlock()
@@ -208,10 +198,8 @@ func (k *keeper[T]) next(now time.Time) time.Duration {
 	return max(at.Sub(now), 0)
 }
 
-// wait waits, after Close canceled done, until the goroutine and the work
-// it runs apart have ended, or ctx ends. Called from inside that work
-// (onKeeper: a callback it runs), it cannot wait for itself, and returns
-// at once.
+// wait waits, after Close canceled done, for the goroutine and its work apart
+// to end, or ctx; from inside that work (onKeeper) it cannot, and returns at once.
 func (k *keeper[T]) wait(ctx context.Context, onKeeper bool) error {
 	if onKeeper || k.started.CompareAndSwap(false, true) {
 		return nil // or never started, and now never will
@@ -232,10 +220,9 @@ func (k *keeper[T]) wait(ctx context.Context, onKeeper bool) error {
 
 // # The upkeep
 
-// upkeep runs a round, and schedules the next an interval after its start
-// (as the pool's clock measures the round): a round that outlasts the
-// interval is followed by the next at once. After a failed round the next
-// comes sooner, backing off.
+// upkeep runs a round and schedules the next an interval after the round's
+// start (by the pool's clock), so an overlong round is followed at once;
+// after a failed round, sooner, backing off.
 func (k *keeper[T]) upkeep(p *Pool[T]) {
 	start := k.clk.now()
 	next := spread(k.upkeepEvery)
@@ -252,9 +239,8 @@ func (k *keeper[T]) upkeep(p *Pool[T]) {
 	}
 }
 
-// upkeepRound destroys the expired idle items, checks the idle items due a
-// check, and creates items up to MinSize. It reports false when a creation
-// failed, for the caller to retry sooner; every failure is logged.
+// upkeepRound destroys expired idle items, checks those due, and creates
+// up to MinSize; false when a creation failed (logged), to retry sooner.
 func (k *keeper[T]) upkeepRound(p *Pool[T]) (ok bool) {
 	now := k.clk.now()
 	p.ex.sweep(now)
@@ -267,11 +253,8 @@ func (k *keeper[T]) upkeepRound(p *Pool[T]) (ok bool) {
 	return p.mk.fill(allItems, p.opts.MinSize, "upkeep")
 }
 
-// checkIdle runs the Preparer on each idle item that sat idle at least
-// CheckAfterIdle, one item at a time: the item under check holds a permit
-// and is out of the idle ring, so no lease can receive it meanwhile, and
-// the others stay leasable. An item that fails is destroyed (and logged);
-// one that passes goes back idle, not due again for CheckAfterIdle.
+// checkIdle checks, one at a time (the others stay leasable), each item idle
+// at least CheckAfterIdle: a failure is destroyed and logged, a pass goes back idle.
 func (k *keeper[T]) checkIdle(p *Pool[T], now int64) {
 	due := func(e *entry[T]) bool { return p.ck.due(e, now) }
 	_, _, _, size, _, _, _ := p.g.counts()
@@ -291,9 +274,8 @@ func (k *keeper[T]) checkIdle(p *Pool[T], now int64) {
 	}
 }
 
-// checkOne checks e for the upkeep, destroying it (and freeing its permit)
-// when it fails, panics or calls runtime.Goexit; a panic is returned as an
-// error, since the upkeep has no caller to raise it to.
+// checkOne checks e, destroying it (freeing its permit) on failure, panic
+// or Goexit; a panic is returned as an error: the upkeep has no caller.
 func (k *keeper[T]) checkOne(p *Pool[T], e *entry[T]) (err error) {
 	returned := false
 	defer func() {
@@ -314,14 +296,12 @@ func (k *keeper[T]) checkOne(p *Pool[T], e *entry[T]) (err error) {
 	return err
 }
 
-// backoff is the delay after a failed round: a sixteenth of limit after
-// the first failure, doubling with each failure after it, up to limit.
+// backoff: limit/16 after the first failure, doubling after each, up to limit.
 func backoff(prev, limit time.Duration) time.Duration {
 	return min(max(2*prev, limit/16), limit)
 }
 
-// spread returns d moved by a random amount within ±10 %, so that many
-// pools started together do not tick in step.
+// spread moves d randomly within ±10 %, so pools started together don't tick in step.
 func spread(d time.Duration) time.Duration {
 	tenth := int64(d) / 10
 	if tenth <= 0 {
@@ -332,9 +312,8 @@ func spread(d time.Duration) time.Duration {
 
 // # The creations asked for
 
-// fill runs a round for what was asked and what a failed round owes, the
-// latter not before fillAt. A failed round's bits are retried with
-// backoff; a refill is not retried. Failures are logged, never raised.
+// fill runs a round for the asks and, from fillAt on, for a failed round's
+// owed bits, retried with backoff (but a refill); failures are logged.
 func (k *keeper[T]) fill(p *Pool[T], now time.Time) {
 	d := k.wants.Swap(0) | k.owed
 	if d == 0 {
@@ -371,23 +350,20 @@ func (k *keeper[T]) fillRound(p *Pool[T], d uint32) (owed uint32) {
 	return owed
 }
 
-// refillRound creates items until MinSize are idle, once the last Clear's
-// destroys have ended; its failure is logged, not retried.
+// refillRound refills to MinSize idle once Clear's destroys end; not retried.
 func (k *keeper[T]) refillRound(p *Pool[T]) {
 	if after := k.refillAfter.Swap(nil); after == nil || awaitOr(k.done, *after) == nil {
 		p.mk.fill(idleItems, p.opts.MinSize, "clear: refill")
 	}
 }
 
-// spares creates items until MinIdle are idle, and reports false when a
-// creation failed or the pool is down.
+// spares creates items up to MinIdle idle; false on a failure or while down.
 func (k *keeper[T]) spares(p *Pool[T]) bool {
 	return p.mk.fill(idleItems, p.opts.MinIdle, "spares")
 }
 
-// seed runs up to seedParallelism fills at once toward MinSize items, and
-// reports false when a creation failed or the fills stopped short, leases
-// waiting for a turn to create while a permit was free.
+// seed runs up to seedParallelism fills at once toward MinSize items; false
+// when one failed, or all stopped short with leases queued to create.
 func (k *keeper[T]) seed(p *Pool[T]) bool {
 	var failed atomic.Bool
 	var wg sync.WaitGroup

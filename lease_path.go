@@ -64,13 +64,11 @@ func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
 	return err
 }
 
-// lease serves Lease, TryLease and Do (lt nil). A pool whose leases have
-// more to do than take the parked item (slowLease) goes first to
-// leaseAtEdge, which calls back with its lt, the slow lease's measures
-// (and samples use_time); the fast path has nothing to measure. It takes the idle item in this
-// processor's slot, not retired by a Clear (docs/DESIGN.md, "Take and
-// park, written out"), but for a lease that judges it (lt.judge), else
-// goes to the gate.
+// lease serves Lease, TryLease and Do (lt nil); with slowLease, by way of
+// leaseAtEdge, which calls back with its lt, the slow lease's measures (and
+// samples use_time). It takes the item parked in this processor's slot,
+// unless a Clear retired it or the lease judges it (lt.judge), as
+// docs/DESIGN.md, "Take and park, written out", shows; else the gate.
 func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	if ctx == nil {
 		panic(errNilContext)
@@ -113,9 +111,8 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 	return p.leaseFromGate(ctx, wait, lt)
 }
 
-// leaseFromGate takes an idle item, or a permit to create one, from the
-// gate, which queues the lease when there is neither. An idle item that
-// needs no judgement and no metrics completes the lease there.
+// leaseFromGate gets an idle item, or a permit to create, from the gate
+// (queuing if neither); an item needing no judgement or metrics is lent there.
 func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	plain := (lt == nil || !lt.judge) && p.ob.m == nil
 	e, w, a := p.g.acquire(ctx, wait, plain, 0)
@@ -140,11 +137,9 @@ func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseT
 func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a admission, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
 	var ticket uint64 // its place in line, from its first wait
 	for {
-		// Refused: fail with the reason.
 		if a.refused() {
 			return p.refused(ctx, a)
 		}
-		// Queued: wait for a permit, perhaps with an item.
 		if a == queued {
 			ticket = w.ticket // before the wait, which recycles w
 			var err error
@@ -169,8 +164,7 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		if err != nil {
 			return p.leaseFailed(ctx, failedBy(ctx, t, err), err)
 		}
-		// Lent: counted; with MinIdle, ask for spares unless it reused the
-		// parked item: it may have taken the last.
+		// Lent. Unless it reused the parked item, it may have taken the last spare.
 		k := p.g.slots.countLease(procPin())
 		procUnpin()
 		if p.opts.MinIdle > 0 && a != admitParked {
@@ -227,8 +221,7 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 	}
 }
 
-// wait waits, within what is left of LeaseTimeout, for the gate to grant w
-// a permit, perhaps with an item; otherwise it fails the lease.
+// wait waits, within what is left of LeaseTimeout, for w's permit, or fails the lease.
 func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entry[T], error) {
 	lt.queued = true
 	e, d, expired, err := p.g.await(ctx, w, lt.left(p.opts.LeaseTimeout))
@@ -255,9 +248,8 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 	return nil, err
 }
 
-// timeoutError is ErrLeaseTimeout for a lease that began at monotime
-// since, saying what the pool was doing meanwhile, with the last creation's
-// error if one failed since.
+// timeoutError is ErrLeaseTimeout for a lease begun at monotime since: what
+// the pool did meanwhile, and the last creation's error if one failed since.
 func (p *Pool[T]) timeoutError(since int64) error {
 	waited := time.Duration(monotime() - since)
 	_, _, queued, size, creating, dying, _ := p.g.counts()
@@ -278,11 +270,10 @@ func (p *Pool[T]) timeoutError(since int64) error {
 // lease that queues again has its place before that permit is free.
 var errAnotherPermit = errors.New("pool: another permit")
 
-// takeReady returns e, the idle item that came with the permit, else the
-// newest idle one, if it passes judge; if not, the item, why, and
-// errAnotherPermit. No item and no error: none is idle, the permit is still
-// the caller's. On any other error, also on a panic or Goexit of user code,
-// the permit has gone (with the item, or back).
+// takeReady returns e (else the newest idle item) if it passes judge; if
+// not, the item, why and errAnotherPermit. No item, no error: none is idle,
+// the permit still the caller's. On any other error, also on a panic or
+// Goexit of user code, the permit has gone (with the item, or back).
 func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
 	if e == nil {
 		if e = p.g.takeIdle(); e == nil {
@@ -325,10 +316,9 @@ const (
 	destroyIt         // for the reason judge gave
 )
 
-// judge says destroyIt when a Clear retired e or it expired by now (but an
-// item only idle too long that the upkeep's floor keeps), or when the
-// Preparer's due check fails; a check counts against LeaseTimeout. The
-// error is the check's, or ctx's when it ended before the check.
+// judge: destroyIt if a Clear retired e, it expired by now (but an item only
+// idle too long that the upkeep's floor keeps), or the Preparer's due check
+// fails, timed against LeaseTimeout; err is the check's, or ctx's if first.
 func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTimes) (verdict, reason, error) {
 	if p.g.retired(e) {
 		return destroyIt, reasonClear, nil
@@ -416,9 +406,8 @@ var errTypeNames = [numErrTypes]string{"timeout", "canceled", "closed", "exhaust
 // String returns the error.type that pool.lease.errors records.
 func (t errType) String() string { return errTypeNames[t] }
 
-// failedBy classifies err of step t: t, unless Close or ctx ended it.
-// ErrClosed first: a factory wrapping its ctx's error (as net.Dialer does)
-// makes a creation that Close canceled match context.Canceled too.
+// failedBy classifies err of step t: t, unless Close or ctx ended it; Close
+// first: a creation Close canceled may wrap context.Canceled (net.Dialer does).
 func failedBy(ctx context.Context, t errType, err error) errType {
 	switch {
 	case errors.Is(err, ErrClosed):

@@ -12,13 +12,12 @@ import (
 	"weak"
 )
 
-// The observer: what the pool tells of itself. It keeps the counters that
-// Stats cannot derive from the gate or the slots, records the
-// OpenTelemetry measurements (metrics.go), logs through Options.Logger,
-// calls the Tracer (trace.go), and keeps the leases' records: their
-// registry, the scans behind Outstanding and LeakThreshold's reports, and
-// the sink that the garbage collector's leak reports reach (leaks.go).
-// Nothing of it runs on the fast path but the use_time sample's test.
+// The observer: what the pool tells of itself. It keeps the counters Stats
+// cannot derive from the gate or slots, records the OpenTelemetry metrics
+// (metrics.go), logs through Options.Logger, calls the Tracer (trace.go), and
+// keeps the leases' records: registry, the scans behind Outstanding and
+// LeakThreshold's reports, the sink of the garbage collector's leak reports
+// (leaks.go). Only the use_time sample's test runs on the fast path.
 type observer[T any] struct {
 	name   string
 	clk    *clock
@@ -29,8 +28,7 @@ type observer[T any] struct {
 	// sited, TrackLeaseSites. With either, each lease records its start.
 	threshold int64
 	sited     bool
-	// sampleBelow is the scrambled count below which a lease is sampled for
-	// pool.lease.use_time (sampled); 0 without metrics, so none is.
+	// sampleBelow bounds the scrambled count for sampled; 0, none, without metrics.
 	sampleBelow uint64
 
 	m     *metrics  // nil without a MeterProvider: see metrics.go
@@ -39,19 +37,16 @@ type observer[T any] struct {
 	c     counters
 }
 
-// recorded reports whether each lease records its start (and, sited,
-// where): LeakThreshold or TrackLeaseSites.
+// recorded: each lease records its start (and, sited, where).
 func (o *observer[T]) recorded() bool { return o.threshold > 0 || o.sited }
 
 // # Logs
 
-// warn logs an error that has no caller through Options.Logger. A panic of
-// the handler is dropped: it must not crash the pool's own goroutines or
-// stop a release or the upkeep half-way.
+// warn logs an error that has no caller. A handler's panic is dropped: it
+// must not crash the pool's goroutines or stop a release or upkeep half-way.
 func (o *observer[T]) warn(msg string, err error) { o.log(slog.LevelWarn, msg, err) }
 
-// log logs msg at level, with err unless nil, dropping a panic of the
-// handler as warn does.
+// log logs msg at level, with err unless nil, as warn does.
 func (o *observer[T]) log(level slog.Level, msg string, err error) {
 	var attrs []slog.Attr
 	if err != nil {
@@ -60,8 +55,7 @@ func (o *observer[T]) log(level slog.Level, msg string, err error) {
 	o.logAttrs(level, msg, attrs...)
 }
 
-// logHeld logs a lease held past LeakThreshold (Warn) or its end (Info),
-// with its age and, when known, its stack.
+// logHeld logs a lease held past LeakThreshold (Warn) or its end (Info).
 func (o *observer[T]) logHeld(level slog.Level, msg string, age time.Duration, stack string) {
 	attrs := []slog.Attr{slog.Duration("age", age)}
 	if stack != "" {
@@ -106,8 +100,7 @@ func (o *observer[T]) created(ctx context.Context) {
 	}
 }
 
-// stamp reads the clock for a measurement that starts now, and returns 0
-// without metrics, which would not record it.
+// stamp reads the clock for a measurement starting now; 0 without metrics.
 func (o *observer[T]) stamp() int64 {
 	if o.m == nil {
 		return 0
@@ -115,8 +108,7 @@ func (o *observer[T]) stamp() int64 {
 	return o.clk.now()
 }
 
-// factoryCalled times a factory call begun at start (stamp), and counts
-// it when it failed.
+// factoryCalled times a factory call begun at start, counting a failure.
 func (o *observer[T]) factoryCalled(ctx context.Context, start int64, failed bool) {
 	if failed {
 		o.c.createFails.Add(1)
@@ -174,9 +166,9 @@ func (o *observer[T]) detached() {
 
 // sampled is the use_time sampling rule: the lease with k leases before it
 // on its processor is sampled when Fibonacci hashing puts k below
-// sampleBelow. That keeps one in useSampleEvery, evenly spread and never
-// in step with a periodic pattern of hold times, and the first lease on
-// each processor (k = 0), so a pool's first leases show.
+// sampleBelow: one in useSampleEvery, evenly spread, never in step with
+// periodic hold times, and each processor's first (k = 0), so a pool's
+// first leases show.
 func (o *observer[T]) sampled(k uint64) bool { return k*fibonacci < o.sampleBelow }
 
 // sampleUse stamps the start of a sampled lease of e; its end records it.
@@ -185,8 +177,7 @@ func (o *observer[T]) sampleUse(e *entry[T]) {
 	e.atEnd.Or(atEndSampled)
 }
 
-// lent records a slow lease's wait when it queued, and samples e's
-// use_time when the lease, k-th on its processor, is sampled.
+// lent records a queued slow lease's wait, and samples e's use_time if k is.
 func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *leaseTimes) {
 	if o.m == nil {
 		return
@@ -201,7 +192,6 @@ func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *lease
 
 // leaseEnded accounts, once and before the item goes anywhere, for the end
 // of e's lease (gen has moved on): a sampled use_time, a reported holder.
-// It does nothing when atEnd is 0, which the releases test first.
 func (o *observer[T]) leaseEnded(e *entry[T]) {
 	w := e.atEnd.Load()
 	if w&atEndSampled != 0 {
@@ -216,9 +206,8 @@ func (o *observer[T]) leaseEnded(e *entry[T]) {
 	}
 }
 
-// watch makes e's records, as its creation ends: its lease record and
-// trace state when the options ask, its cleanup (leaks.go), and its place
-// in the registry when leases are recorded.
+// watch makes e's records as its creation ends: lease record and trace
+// state as the options ask, its cleanup (leaks.go), its registry place.
 func (o *observer[T]) watch(e *entry[T]) {
 	if o.recorded() {
 		e.rec = new(leaseRecord)
@@ -232,8 +221,7 @@ func (o *observer[T]) watch(e *entry[T]) {
 	}
 }
 
-// forget lets go of e, as its destruction or Detach begins: from then on
-// it is no lease and no leak.
+// forget lets go of e as its destruction or Detach begins: no lease, no leak.
 func (o *observer[T]) forget(e *entry[T]) {
 	e.cleanup.Stop()
 	if e.rec != nil {
@@ -244,15 +232,14 @@ func (o *observer[T]) forget(e *entry[T]) {
 // # Lease records and their scans
 //
 // With LeakThreshold or TrackLeaseSites each lease records its start
-// (leaseRecord, leaks.go) before its Lease call returns, and the registry
-// holds every entry weakly, from the end of its creation to the start of
-// its destruction or Detach, so that a leaked lease still becomes
-// unreachable. A scan reads each entry's gen (bumped as each lease ends)
-// in two passes, and lists the entries whose record is the first pass's
-// generation's and whose gen did not move between the passes. Each listed
-// lease was out for the whole instant between the passes: a scan never
-// lists more leases than were out at one instant. An item between two
-// leases (judged, reset, destroyed) has no record for its generation.
+// (leaseRecord, leaks.go) before Lease returns, and the registry holds each
+// entry weakly from its creation's end to its destruction or Detach, so a
+// leaked lease still becomes unreachable. A scan reads each entry's gen
+// (bumped as a lease ends) twice, and lists those whose record is of the
+// first read's generation and whose gen did not move: each was out for the
+// whole instant between, so a scan never lists more leases than were out
+// at once. An item between leases (judged, reset, destroyed) has no record
+// for its generation.
 
 // registry is every recorded entry in existence, held weakly.
 type registry[T any] struct {
@@ -291,8 +278,7 @@ func (r *registry[T]) list(buf []*entry[T]) []*entry[T] {
 	return buf
 }
 
-// scanBufs are a scan's buffers, kept by the keeper from one scan to the
-// next, emptied of entries in between (drop).
+// scanBufs are a scan's buffers, kept by the keeper, emptied between scans (drop).
 type scanBufs[T any] struct {
 	es   []*entry[T]
 	seen []sighting[T]
@@ -306,16 +292,14 @@ type sighting[T any] struct {
 	at  int64 // when the lease began
 }
 
-// drop lets go of the entries the last scan held, so that it keeps none
-// alive.
+// drop lets go of the last scan's entries, so it keeps none alive.
 func (b *scanBufs[T]) drop() {
 	clear(b.es)
 	clear(b.seen)
 	b.es, b.seen = b.es[:0], b.seen[:0]
 }
 
-// scan finds the recorded leases out, in two passes, and returns what it
-// saw and the clock after it. The caller drops b once done.
+// scan finds the recorded leases out in two passes; the caller drops b.
 func (o *observer[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
 	b.es = o.reg.list(b.es)
 	for _, e := range b.es {
@@ -346,8 +330,7 @@ type LeaseInfo struct {
 	Stack string
 }
 
-// outstanding lists the recorded leases out, oldest first; nil when leases
-// are not recorded.
+// outstanding lists the leases out, oldest first; nil unless recorded.
 func (o *observer[T]) outstanding() []LeaseInfo {
 	if !o.recorded() {
 		return nil
@@ -365,8 +348,7 @@ func (o *observer[T]) outstanding() []LeaseInfo {
 	return out
 }
 
-// record notes the start of l and, with TrackLeaseSites, where it was
-// taken: the walk runs under the lock, straight into the record.
+// record notes l's start and, sited, where: walked under the lock, into the record.
 func (o *observer[T]) record(l Lease[T]) {
 	r := l.e.rec
 	r.start.Store(startWord(o.clk.now(), l.gen))
@@ -381,14 +363,13 @@ func (o *observer[T]) record(l Lease[T]) {
 // # LeakThreshold's reports
 //
 // The keeper scans every LeakThreshold/8 (watchEvery) and reports each
-// lease out past LeakThreshold once: never early, since a record's start
-// is no earlier than the lease's, and within a period after. A reported
-// lease's end logs it at Info, exactly once, whoever sees the end first:
-// the report stores leaseRecord.reported, sets atEndReported, then loads
-// gen; the end of the lease bumps gen, then loads atEnd. The atomics are
-// sequentially consistent, so at least one of the two sees the other; each
-// that does clears reported by compare-and-swap, and the one that wins
-// logs.
+// lease out past LeakThreshold once: never early, as a record's start is
+// no earlier than the lease's, and within a period after. A reported
+// lease's end is logged at Info exactly once, by whichever side sees it
+// first: the report stores leaseRecord.reported, sets atEndReported, then
+// loads gen; the lease's end bumps gen, then loads atEnd. The atomics are
+// sequentially consistent, so at least one sees the other; each that does
+// clears reported by compare-and-swap, and the winner logs.
 
 // minWatchEvery bounds how often the keeper scans, whatever the threshold.
 const minWatchEvery = time.Millisecond
@@ -401,9 +382,8 @@ func (o *observer[T]) watchEvery() time.Duration {
 	return max(time.Duration(o.threshold)/8, minWatchEvery)
 }
 
-// followAll scans the leases out and reports those held past
-// LeakThreshold, calling OnLeak through apart. It stops, reporting nothing
-// more, once done has ended (Close).
+// followAll scans the leases out and reports those held past LeakThreshold
+// (OnLeak through apart), stopping once done has ended (Close).
 func (o *observer[T]) followAll(b *scanBufs[T], done context.Context, apart func(func())) {
 	defer b.drop()
 	seen, now := o.scan(b)
@@ -417,10 +397,9 @@ func (o *observer[T]) followAll(b *scanBufs[T], done context.Context, apart func
 	}
 }
 
-// reportHeld reports the lease x saw, held for age: counted, logged at
-// Warn, marked reported, then given to OnLeak apart from the keeper, so
-// that a lease that OnLeak's report leads to end logs its end in its own
-// Release.
+// reportHeld reports x's lease, held for age: counted, logged at Warn,
+// marked reported, then given to OnLeak apart from the keeper, so a lease
+// that OnLeak's report leads to end logs its end in its own Release.
 func (o *observer[T]) reportHeld(x *sighting[T], age time.Duration, apart func(func())) {
 	e, stack := x.e, ""
 	if o.sited {
@@ -450,8 +429,7 @@ func (o *observer[T]) reportedEnded(e *entry[T], gen uint64, at int64) {
 	}
 }
 
-// callOnLeak calls OnLeak for a long lease: a panic has nobody to reach
-// there, so it is logged and dropped.
+// callOnLeak calls OnLeak, logging and dropping a panic: it has nobody to reach.
 func (o *observer[T]) callOnLeak(on func(LeakReport), r LeakReport) {
 	defer func() {
 		if v := recover(); v != nil {

@@ -13,15 +13,13 @@ import (
 )
 
 // The pool: its type, New, and the calls that change or end its life
-// (Clear, Close, Shutdown, SetMaxSize). A lease's way is in lease_path.go,
-// the way back in release_path.go.
-//
-// The invariant: a lease takes a permit from the gate before it touches an
-// item, and every way out of the lease path either hands the caller that
-// permit with an item or returns it exactly once, also on a panic or
-// runtime.Goexit of user code on the way. Ending the lease gives the
-// permit back with the item, or frees it once the item is destroyed or
-// detached.
+// (Clear, Close, Shutdown, SetMaxSize); a lease's way is in lease_path.go,
+// the way back in release_path.go. The invariant: a lease takes a permit
+// from the gate before it touches an item, and every way out of the lease
+// path hands the caller that permit with an item or returns it exactly
+// once, also on a panic or runtime.Goexit of user code. Ending the lease
+// gives the permit back with the item, or frees it once the item is
+// destroyed or detached.
 
 // Pool is a bounded pool of items of type T. It is safe for use by many
 // goroutines. Create one with New; end it with Close or Shutdown.
@@ -29,11 +27,10 @@ import (
 // It composes its rooms, each a type that owns its state (docs/DESIGN.md,
 // "The rooms"), and keeps the lease and release paths.
 type Pool[T any] struct {
-	// The fast path's two bits, fixed by New from the options: slowLease,
-	// a lease has more to do than take its processor's parked item (a
-	// Tracer, lease records, items to judge, metrics); slowRelease, a
-	// release more than account for the lease's end and park it (Reset,
-	// MaxUses, the clock, a Tracer).
+	// Fixed by New from the options: slowLease, a lease does more than take
+	// its processor's parked item (a Tracer, lease records, items to judge,
+	// metrics); slowRelease, a release more than account for its end and
+	// park it (Reset, MaxUses, the clock, a Tracer).
 	slowLease, slowRelease bool
 
 	g    gate[T]
@@ -51,19 +48,16 @@ type Pool[T any] struct {
 	done   context.Context // canceled by Close: ends creations in flight
 	cancel context.CancelFunc
 
-	// Made once (exhausted again by SetMaxSize), so that a failing lease
-	// allocates nothing.
+	// Made once (again by SetMaxSize), so a failing lease allocates nothing.
 	exhausted atomic.Pointer[exhaustedErrs]
 	errClosed error
-	// resizing serializes SetMaxSize calls, so that exhausted names the
-	// size the last of them set.
+	// resizing serializes SetMaxSize, so exhausted names the last size set.
 	resizing sync.Mutex
 
 	self weak.Pointer[Pool[T]] // for the keeper and the gauges, which hold the pool weakly
 }
 
-// clock is a pool's clock: nanoseconds since New, monotonic; testClock's
-// when a test set it.
+// clock is a pool's monotonic clock, ns since New; testClock's when set.
 type clock struct {
 	epoch int64
 	fake  func() int64
@@ -105,13 +99,11 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	return p, nil
 }
 
-// testClock, set by tests only, becomes the pool clock of every pool New
-// makes while it is set: so that it is in place before anything of the
-// pool's runs (set after New, it would race with the upkeep).
+// testClock, for tests, is the clock of pools New makes while it is set, in
+// place before they run anything (set after, it would race the upkeep).
 var testClock func() int64
 
-// newPool derives a pool's state from f and valid options: nothing runs
-// yet.
+// newPool derives a pool's state from f and valid options; nothing runs yet.
 func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	m, err := newMetrics(opts.MeterProvider, opts.Name)
 	if err != nil {
@@ -168,8 +160,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	return p, nil
 }
 
-// start seeds the pool (now, or in the background), starts the keeper when
-// it has work from the start, and registers the gauges' callback.
+// start seeds (now or in the background), starts the keeper if it has work, registers the gauges.
 func (p *Pool[T]) start(ctx context.Context) error {
 	if !p.opts.SeedInBackground {
 		if err := p.mk.seed(ctx, p.opts.MinSize); err != nil {
@@ -243,18 +234,16 @@ func (p *Pool[T]) Close() error {
 	return err
 }
 
-// close is Close, with ctx bounding its waits: it returns Close's errors,
-// and werr, ctx.Err(), when ctx ended before the background work and the
-// Destroy calls did (they go on).
+// close is Close with ctx bounding its waits: werr is ctx.Err() when ctx
+// ended first (the background work and the Destroy calls go on).
 func (p *Pool[T]) close(ctx context.Context) (err, werr error) {
 	es, first := p.g.close()
 	if !first {
 		return nil, nil
 	}
 	p.cancel()
-	// Called from inside the pool's own work (a callback of the keeper, a
-	// creation, a Destroy), Close cannot wait for that work: it waits for
-	// the rest (framesOnStack, paid only here).
+	// From inside the pool's own work, Close cannot wait for that work, so
+	// it walks its stack to find it (framesOnStack, paid only here).
 	mine := framesOnStack()
 	werr = p.kp.wait(ctx, mine.keeper > 0)
 	var unreg error
@@ -287,14 +276,12 @@ func awaitOr(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
-// onStack counts, on a goroutine's stack, the frames of the functions that
-// run the pool's own work and call user code from it: those holding a turn
-// to create, those running a Destroy, and the keeper's.
+// onStack counts a stack's frames of the pool's own work that calls user
+// code: turns to create, Destroy calls, the keeper.
 type onStack struct{ turns, destroys, keeper int }
 
-// framesOnStack walks the caller's stack. A frame names the pool's type,
-// not the pool: a Close of one pool from inside another's work waits for
-// one piece of work fewer.
+// framesOnStack walks the caller's stack. Frames name the pool's type, not
+// the pool: from inside another pool's work, Close waits for one piece fewer.
 func framesOnStack() (n onStack) {
 	pcs := make([]uintptr, 64)
 	k := runtime.Callers(2, pcs)
@@ -327,8 +314,7 @@ const (
 	workKeeper
 )
 
-// workFrames names the frames framesOnStack counts, as the runtime names
-// them for every T.
+// workFrames names the frames framesOnStack counts, as the runtime does for every T.
 var workFrames = func() map[string]work {
 	pkg := reflect.TypeFor[Pool[int]]().PkgPath() + ".(*"
 	return map[string]work{
@@ -395,9 +381,8 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 	return nil
 }
 
-// exhaustedErrs are the errors a refused lease returns: every item in use,
-// or other leases waiting already (TryLease), or MaxQueuedLeases waiting
-// already (Lease).
+// exhaustedErrs are a refused lease's errors: every item in use, others
+// waiting already (TryLease), or MaxQueuedLeases waiting already (Lease).
 type exhaustedErrs struct{ inUse, creating, queue, queueFull error }
 
 // setErrExhausted makes the errors a refused TryLease returns, naming size.

@@ -32,9 +32,8 @@ func (p *Pool[T]) release(e *entry[T]) {
 	p.giveBackToGate(e)
 }
 
-// releaseSlow is release in a pool with Reset, MaxUses or a Tracer, or
-// one that stamps releases. The Tracer sees the end once the item is given
-// back (also when Reset or Destroy panics).
+// releaseSlow is release with Reset, MaxUses, a Tracer or stamped releases;
+// the Tracer sees the end once the item is back (even if Reset or Destroy panics).
 func (p *Pool[T]) releaseSlow(e *entry[T]) {
 	if p.g.retired(e) {
 		p.end(e, reasonClear, "release")
@@ -75,9 +74,8 @@ func (p *Pool[T]) end(e *entry[T], why reason, how string) {
 	p.ds.later(e, why, nil)
 }
 
-// detach takes e out of the pool. Released runs first: if it panics or
-// calls runtime.Goexit, Detach never returns the item, so the pool, still
-// holding it and its permit, destroys it.
+// detach takes e out of the pool. If Released panics or calls Goexit first,
+// the pool, still holding e and its permit, destroys it.
 func (p *Pool[T]) detach(e *entry[T]) T {
 	p.ob.leaseEnded(e)
 	p.ob.forget(e) // the entry is garbage from now on, not a leak
@@ -90,8 +88,7 @@ func (p *Pool[T]) detach(e *entry[T]) T {
 	return v
 }
 
-// releasedOrDestroy reports a traced Detach's end; if Released panics or
-// calls Goexit, it destroys e, whose permit the caller holds.
+// releasedOrDestroy reports a traced Detach's end, destroying e if Released does not return.
 func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
 	returned := false
 	defer func() {
