@@ -259,14 +259,14 @@
 // lease or release after a sweep falls due (every half of the smaller limit)
 // destroys every idle item past its time, wherever it sits.
 //
-// A pool runs at most one goroutine of its own in the background, whatever
-// the options, and only when they give it work: the upkeep, the creations
-// of SeedInBackground, MinIdle, Clear's refill and FailFastAfter's probe,
-// and LeakThreshold's scans. (User callbacks may run on short-lived
-// goroutines of the pool's besides: Destroy, OnLeak, a creation whose
-// lease gave up, SeedInBackground's seeding.) It holds the pool weakly, so a pool dropped without
-// Close is collected, and the goroutine ends. Close stops it and waits for
-// its callbacks; after Close returns none runs.
+// A pool runs at most one goroutine of its own in the background, whatever the
+// options, and only when they give it work: the upkeep, the creations of
+// SeedInBackground, MinIdle, Clear's refill and FailFastAfter's probe, and
+// LeakThreshold's scans. (User callbacks may run on short-lived goroutines of
+// the pool's besides: Destroy, OnLeak, a creation whose lease gave up,
+// SeedInBackground's seeding.) It holds the pool weakly, so a pool dropped
+// without Close is collected, and the goroutine ends. Close stops it and waits
+// for its callbacks; after Close returns none runs.
 //
 // Options.UpkeepInterval makes it, every interval, destroy expired idle
 // items, check the items idle past CheckAfterIdle with the Preparer, and

@@ -160,7 +160,8 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	return p, nil
 }
 
-// start seeds (now or in the background), starts the keeper if it has work, registers the gauges.
+// start seeds (now or in the background), starts the keeper if it has work,
+// registers the gauges.
 func (p *Pool[T]) start(ctx context.Context) error {
 	if !p.opts.SeedInBackground {
 		if err := p.mk.seed(ctx, p.opts.MinSize); err != nil {
@@ -353,15 +354,15 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// SetMaxSize changes the pool's MaxSize to n, as a configuration reload
-// may. Growing serves the leases waiting now at once, in FIFO order, each
-// with the right to create an item. Shrinking creates nothing past the new
-// MaxSize: idle items beyond it are destroyed now (on the pool's own
-// goroutines, their errors logged) and leased items beyond it when they
-// come back, until the items in existence fit; new leases wait meanwhile. Stats, the gauges and
-// ErrLeaseTimeout's message follow the new value. It returns an error
-// wrapping ErrInvalidOptions when n is below 1 or below MinSize, and
-// ErrClosed on a closed pool.
+// SetMaxSize changes the pool's MaxSize to n, as a configuration reload may.
+// Growing serves the leases waiting now at once, in FIFO order, each with the
+// right to create an item. Shrinking creates nothing past the new MaxSize: idle
+// items beyond it are destroyed now (on the pool's own goroutines, their errors
+// logged) and leased items beyond it when they come back, until the items in
+// existence fit; new leases wait meanwhile. Stats, the gauges and
+// ErrLeaseTimeout's message follow the new value. It returns an error wrapping
+// ErrInvalidOptions when n is below 1 or below MinSize, and ErrClosed on a
+// closed pool.
 func (p *Pool[T]) SetMaxSize(n int) error {
 	if n < 1 || n < p.opts.MinSize {
 		return fmt.Errorf("%w: pool %q: SetMaxSize(%d): MaxSize must be at least 1 and at least MinSize (%d)", ErrInvalidOptions, p.opts.Name, n, p.opts.MinSize)

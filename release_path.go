@@ -88,7 +88,8 @@ func (p *Pool[T]) detach(e *entry[T]) T {
 	return v
 }
 
-// releasedOrDestroy reports a traced Detach's end, destroying e if Released does not return.
+// releasedOrDestroy reports a traced Detach's end, destroying e if Released
+// does not return.
 func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
 	returned := false
 	defer func() {
