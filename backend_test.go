@@ -354,7 +354,7 @@ func TestBackendCreatesCapHeldUnderLoad(t *testing.T) {
 	checks := stopWatch()
 
 	awaitBackground(t, p)
-	// The upkeep's creations are not the filler's: wait for one under way.
+	// The upkeep's creations are not those asked of the keeper: wait for one under way.
 	hdEventually(t, func() bool { s := p.Stats(); return s.Creating == 0 && s.ActiveLeases == s.Destroying },
 		"the upkeep's creations to end")
 	assertAtRest(t, p)

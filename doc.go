@@ -210,7 +210,7 @@
 // it ends the Logger says so at Info. With Options.TrackLeaseSites each
 // lease records where it was taken, for LeakReport.Stack: this slows every
 // lease, so turn it on to hunt a leak. After Close returns, OnLeak and the
-// Logger hear nothing more of the watcher.
+// Logger hear nothing more of LeakThreshold's scans.
 //
 // # When leases time out
 //

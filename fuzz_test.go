@@ -1368,7 +1368,7 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 	close(p.kp.stopped)
 
 	if minIdle > 0 {
-		// New asks the filler for a first round of spares.
+		// New asks the keeper for a first round of spares.
 		p.opts.MinIdle = minIdle
 		p.kp.ask(wantSpares)
 		m.sparesAsked = true
@@ -1547,7 +1547,7 @@ func (r *fzRun) awaitHeld() {
 	}
 }
 
-// refill plays the filler's round for Clear's refill, which Clear asked
+// refill plays the keeper's round for Clear's refill, which Clear asked
 // for when MinSize is set, once the Destroy calls it waits for have ended.
 func (r *fzRun) refill() {
 	if r.p.opts.MinSize == 0 {

@@ -51,7 +51,7 @@ type entry[T any] struct {
 
 const (
 	atEndSampled  = 1 << iota // the lease is sampled for pool.lease.use_time, from useFrom
-	atEndReported             // the watcher reported the lease as held: log its end
+	atEndReported             // LeakThreshold's scan reported the lease as held: log its end
 )
 
 // Lease is a leased item: the right to use Value until the lease ends with
