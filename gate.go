@@ -27,8 +27,10 @@ import (
 type gate[T any] struct {
 	slots slots[T]
 
-	mu        sync.Mutex
-	size      int // MaxSize; changed by resize
+	mu   sync.Mutex
+	size int // MaxSize; changed by resize
+	// refusals name size: stored with it, under mu; read without it.
+	refusals  atomic.Pointer[exhaustedErrs]
 	maxQueued int // MaxQueuedLeases; 0: no limit
 	held      int // permits held, including those of entries parked in slots
 	// creating counts bare permits (no item yet), each a turn to create until
@@ -687,6 +689,9 @@ func (g *gate[T]) takeIdle() *entry[T] {
 	return e
 }
 
+// exhausted returns the errors of a refused lease, naming the size now.
+func (g *gate[T]) exhausted() *exhaustedErrs { return g.refusals.Load() }
+
 // retired reports whether e was created, or began its creation, before the
 // last Clear: then it is destroyed where it would go idle or be lent.
 func (g *gate[T]) retired(e *entry[T]) bool { return e.era != g.slots.era.Load() }
@@ -717,9 +722,10 @@ func (g *gate[T]) isDown() bool { return g.down.Load() }
 // creationsCap is MaxConcurrentCreates, or math.MaxInt for no cap.
 func (g *gate[T]) creationsCap() int { return g.maxCreating }
 
-// init sizes a new gate for the options.
-func (g *gate[T]) init(o Options[T]) {
+// init sizes a new gate for the options, with the refusals that name its size.
+func (g *gate[T]) init(o Options[T], refusals *exhaustedErrs) {
 	g.size, g.maxQueued, g.maxCreating = o.MaxSize, o.MaxQueuedLeases, o.MaxConcurrentCreates
+	g.refusals.Store(refusals)
 	if g.maxCreating == 0 {
 		g.maxCreating = math.MaxInt
 	}

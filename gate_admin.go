@@ -160,18 +160,20 @@ func (g *gate[T]) items() int {
 	return g.held + g.idle.len()
 }
 
-// resize sets the size to n, or returns ErrClosed. Growing grants waiters,
-// oldest first, bare permits as far as n allows. Shrinking below the items
-// alive takes out idle items, up to the excess, with dying permits for the
-// caller to destroy; for the leased rest the gate stays shrinking (slots
-// bypassed, giveBack refusing, freed permits retiring) until held + idle fits.
-func (g *gate[T]) resize(n int) (excess []*entry[T], err error) {
+// resize sets the size to n, with the refusals that name it, or returns
+// ErrClosed. Growing grants waiters, oldest first, bare permits as far as n
+// allows. Shrinking below the items alive takes out idle items, up to the
+// excess, with dying permits for the caller to destroy; for the leased rest
+// the gate stays shrinking (slots bypassed, giveBack refusing, freed permits
+// retiring) until held + idle fits.
+func (g *gate[T]) resize(n int, refusals *exhaustedErrs) (excess []*entry[T], err error) {
 	g.lock()
 	defer g.unlock()
 	if g.closed {
 		return nil, ErrClosed
 	}
 	g.size = n
+	g.refusals.Store(refusals) // made by the caller: nothing allocates under the lock
 	g.grantTurnsLocked()
 	over := g.alive() - g.size
 	if g.setBypass() {

@@ -114,7 +114,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 // leaseFromGate gets an idle item, or a permit to create, from the gate
 // (queuing if neither); an item needing no judgement or metrics is lent there.
 func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
-	plain := (lt == nil || !lt.judge) && p.ob.m == nil
+	plain := (lt == nil || !lt.judge) && !p.ob.measuring()
 	e, w, a := p.g.acquire(ctx, wait, plain, 0)
 	if a == admitted && plain {
 		if p.opts.MinIdle > 0 {
@@ -209,15 +209,15 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 	case refusedCanceled:
 		return p.leaseFailed(ctx, errCanceled, ctx.Err())
 	case refusedInUse:
-		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().inUse)
+		return p.leaseFailed(ctx, errExhausted, p.g.exhausted().inUse)
 	case refusedCreating:
-		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().creating)
+		return p.leaseFailed(ctx, errExhausted, p.g.exhausted().creating)
 	case refusedQueueFull:
-		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queueFull)
+		return p.leaseFailed(ctx, errExhausted, p.g.exhausted().queueFull)
 	case refusedDown:
 		return p.leaseFailed(ctx, errDown, p.mk.backendDown())
 	default:
-		return p.leaseFailed(ctx, errExhausted, p.exhausted.Load().queue)
+		return p.leaseFailed(ctx, errExhausted, p.g.exhausted().queue)
 	}
 }
 

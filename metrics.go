@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"weak"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -121,15 +120,14 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	return m, nil
 }
 
-// registerGauges registers the gauges' callback. It holds the pool weakly,
-// so the provider does not keep a pool dropped without Close alive.
-func registerGauges[T any](m *metrics, wp weak.Pointer[Pool[T]]) error {
+// registerGauges registers the gauges' callback, observing what stats
+// reports (nothing once it reports false: the pool is gone).
+func registerGauges(m *metrics, stats func() (Stats, bool)) error {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		p := wp.Value()
-		if p == nil {
+		s, ok := stats()
+		if !ok {
 			return nil
 		}
-		s := p.Stats()
 		o.ObserveInt64(m.allocated, int64(s.ItemsAllocated), m.obs...)
 		o.ObserveInt64(m.available, int64(s.ItemsAvailable), m.obs...)
 		o.ObserveInt64(m.active, int64(s.ActiveLeases), m.obs...)

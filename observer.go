@@ -37,6 +37,26 @@ type observer[T any] struct {
 	c     counters
 }
 
+// startGauges registers the gauges' callback, which observes stats; it does
+// nothing without metrics.
+func (o *observer[T]) startGauges(stats func() (Stats, bool)) error {
+	if o.m == nil {
+		return nil
+	}
+	return registerGauges(o.m, stats)
+}
+
+// stopGauges unregisters the gauges: a closed pool reports none.
+func (o *observer[T]) stopGauges() error {
+	if o.m == nil {
+		return nil
+	}
+	return o.m.unregister()
+}
+
+// tracing reports whether a Tracer sees the leases.
+func (o *observer[T]) tracing() bool { return o.tracer != nil }
+
 // recorded: each lease records its start (and, sited, where).
 func (o *observer[T]) recorded() bool { return o.threshold > 0 || o.sited }
 

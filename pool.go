@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 	"weak"
 )
@@ -48,11 +46,7 @@ type Pool[T any] struct {
 	done   context.Context // canceled by Close: ends creations in flight
 	cancel context.CancelFunc
 
-	// Made once (again by SetMaxSize), so a failing lease allocates nothing.
-	exhausted atomic.Pointer[exhaustedErrs]
 	errClosed error
-	// resizing serializes SetMaxSize, so exhausted names the last size set.
-	resizing sync.Mutex
 
 	self weak.Pointer[Pool[T]] // for the keeper and the gauges, which hold the pool weakly
 }
@@ -133,7 +127,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	}
 	wp := p.self
 	p.ob.leaks = newLeakSink(func() bool { return wp.Value() != nil }, p.clk, opts.Name, opts.OnLeak, m)
-	p.g.init(opts)
+	p.g.init(opts, exhaustedFor(&opts, opts.MaxSize))
 	p.ds = destroyer[T]{destroy: opts.Destroy, timeout: opts.DestroyTimeout, name: opts.Name, g: &p.g, ob: &p.ob}
 	p.ex = expiry[T]{
 		idleTimeout: int64(opts.IdleTimeout), lifetime: int64(opts.MaxLifetime), jitter: int64(opts.MaxLifetimeJitter),
@@ -156,7 +150,6 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	}
 	p.slowLease = opts.Tracer != nil || p.ob.recorded() || opts.judges() || m != nil
 	p.slowRelease = opts.Reset != nil || opts.MaxUses > 0 || opts.stamps() || opts.Tracer != nil
-	p.setErrExhausted(opts.MaxSize)
 	return p, nil
 }
 
@@ -178,11 +171,16 @@ func (p *Pool[T]) start(ctx context.Context) error {
 	if p.opts.MinIdle > 0 {
 		p.kp.ask(wantSpares)
 	}
-	if p.ob.m != nil {
-		// After seeding: the callback reads Stats.
-		if err := registerGauges(p.ob.m, p.self); err != nil {
-			return errors.Join(err, p.Close())
+	// After seeding: the gauges' callback reads Stats. It holds the pool
+	// weakly, so the provider does not keep a pool dropped without Close.
+	wp := p.self
+	if err := p.ob.startGauges(func() (Stats, bool) {
+		if q := wp.Value(); q != nil {
+			return q.Stats(), true
 		}
+		return Stats{}, false
+	}); err != nil {
+		return errors.Join(err, p.Close())
 	}
 	return nil
 }
@@ -247,10 +245,7 @@ func (p *Pool[T]) close(ctx context.Context) (err, werr error) {
 	// it walks its stack to find it (framesOnStack, paid only here).
 	mine := framesOnStack()
 	werr = p.kp.wait(ctx, mine.keeper > 0)
-	var unreg error
-	if p.ob.m != nil {
-		unreg = p.ob.m.unregister()
-	}
+	unreg := p.ob.stopGauges()
 	derr, werr2 := p.ds.all(ctx, es, reasonClose)
 	if werr == nil {
 		werr = werr2
@@ -367,12 +362,7 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 	if n < 1 || n < p.opts.MinSize {
 		return fmt.Errorf("%w: pool %q: SetMaxSize(%d): MaxSize must be at least 1 and at least MinSize (%d)", ErrInvalidOptions, p.opts.Name, n, p.opts.MinSize)
 	}
-	p.resizing.Lock()
-	excess, err := p.g.resize(n)
-	if err == nil {
-		p.setErrExhausted(n)
-	}
-	p.resizing.Unlock()
+	excess, err := p.g.resize(n, exhaustedFor(&p.opts, n))
 	if err != nil {
 		return p.errClosed
 	}
@@ -384,15 +374,17 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 
 // exhaustedErrs are a refused lease's errors: every item in use, others
 // waiting already (TryLease), or MaxQueuedLeases waiting already (Lease).
+// Made with the size they name and kept by the gate beside it, so that a
+// failing lease allocates nothing.
 type exhaustedErrs struct{ inUse, creating, queue, queueFull error }
 
-// setErrExhausted makes the errors a refused TryLease returns, naming size.
-func (p *Pool[T]) setErrExhausted(size int) {
-	p.exhausted.Store(&exhaustedErrs{
-		inUse:    fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, p.opts.Name, size),
-		creating: fmt.Errorf("%w: pool %q: no item is idle, and MaxConcurrentCreates (%d) items are being created", ErrExhausted, p.opts.Name, p.opts.MaxConcurrentCreates),
-		queue:    fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, p.opts.Name, size),
+// exhaustedFor makes the errors of a pool with the options o and MaxSize size.
+func exhaustedFor[T any](o *Options[T], size int) *exhaustedErrs {
+	return &exhaustedErrs{
+		inUse:    fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, o.Name, size),
+		creating: fmt.Errorf("%w: pool %q: no item is idle, and MaxConcurrentCreates (%d) items are being created", ErrExhausted, o.Name, o.MaxConcurrentCreates),
+		queue:    fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, o.Name, size),
 		queueFull: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d) and MaxQueuedLeases (%d) leases are waiting already",
-			ErrExhausted, p.opts.Name, size, p.opts.MaxQueuedLeases),
-	})
+			ErrExhausted, o.Name, size, o.MaxQueuedLeases),
+	}
 }

@@ -1016,3 +1016,31 @@ func TestRecoveryFromSaturation(t *testing.T) {
 		defer l.Release()
 	}
 }
+
+// TestSetMaxSizeRefusalsNameTheSize: a refused lease names the MaxSize in
+// force (the doc comment of SetMaxSize: ErrExhausted's message, like Stats,
+// follows the new value), also after SetMaxSize calls that raced: the last
+// size set is the one the refusal names.
+func TestSetMaxSizeRefusalsNameTheSize(t *testing.T) {
+	p, _ := newTracked(t, Options[*conn]{MaxSize: 4})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				require.NoError(t, p.SetMaxSize(1+(g+i)%4))
+			}
+		})
+	}
+	wg.Wait()
+	size := p.Stats().MaxSize
+	held := make([]Lease[*conn], size)
+	for i := range held {
+		held[i] = mustLease(t, p)
+	}
+	_, err := p.TryLease(context.Background())
+	require.ErrorIs(t, err, ErrExhausted)
+	assert.Contains(t, err.Error(), fmt.Sprintf("every item is in use (MaxSize %d)", size))
+	for _, l := range held {
+		l.Release()
+	}
+}

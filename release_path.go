@@ -39,7 +39,7 @@ func (p *Pool[T]) releaseSlow(e *entry[T]) {
 		p.end(e, reasonClear, "release")
 		return
 	}
-	if p.ob.tracer != nil {
+	if p.ob.tracing() {
 		defer p.ob.released(p.ob.endTrace(e), "release")
 	}
 	if e.atEnd.Load() != 0 {

@@ -103,7 +103,7 @@ const (
 // leaseAtEdge runs, leakSiteSkip frames below the caller of Lease, TryLease
 // or Do, the lease of a slowLease pool: traced, recorded, or judged.
 func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
-	if p.ob.tracer != nil {
+	if p.ob.tracing() {
 		l, err = p.leaseTraced(ctx, wait)
 	} else {
 		l, err = p.lease(ctx, wait, &leaseTimes{judge: p.opts.judges()})
