@@ -25,9 +25,9 @@ func kpEveryOption() Options[*conn] {
 	}
 }
 
-// kpOwnGoroutines returns the stacks of the goroutines that the pool's own
-// code (not a test's) started and that run now.
-func kpOwnGoroutines() []string {
+// kpOwnGoroutines returns, by goroutine id, the stacks of the goroutines
+// that the pool's own code (not a test's) started and that run now.
+func kpOwnGoroutines() map[string]string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -37,7 +37,7 @@ func kpOwnGoroutines() []string {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	var own []string
+	own := map[string]string{}
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
 		_, created, ok := strings.Cut(string(g), "\ncreated by ")
 		if !ok {
@@ -45,33 +45,47 @@ func kpOwnGoroutines() []string {
 		}
 		fn, file, _ := strings.Cut(created, "\n")
 		if strings.HasPrefix(fn, "github.com/msl-armory/pool.") && !strings.Contains(file, "_test.go") {
-			own = append(own, string(g))
+			id, _, _ := strings.Cut(strings.TrimPrefix(string(g), "goroutine "), " ")
+			own[id] = string(g)
 		}
 	}
 	return own
+}
+
+// kpStartedSince returns the stacks of kpOwnGoroutines not in before: other
+// tests' pools may still be winding down, and their goroutines end when
+// they do.
+func kpStartedSince(before map[string]string) []string {
+	var since []string
+	for id, g := range kpOwnGoroutines() {
+		if _, old := before[id]; !old {
+			since = append(since, g)
+		}
+	}
+	return since
 }
 
 // TestOneBackgroundGoroutine: with every background option on, a pool at
 // rest runs one goroutine of its own, the keeper, through its upkeep
 // rounds and scans; Close ends it (doc.go, "Upkeep").
 func TestOneBackgroundGoroutine(t *testing.T) {
-	before := len(kpOwnGoroutines()) // other tests' pools winding down
+	before := kpOwnGoroutines()
 	p, _ := newTracked(t, kpEveryOption())
 	require.Eventually(t, func() bool {
 		s := p.Stats()
-		return s.ItemsAvailable >= 2 && s.Creating == 0 && len(kpOwnGoroutines()) == before+1
+		return s.ItemsAvailable >= 2 && s.Creating == 0 && len(kpStartedSince(before)) == 1
 	}, testWait, time.Millisecond, "the seeding and the spares to end")
 	for range 50 { // rounds and scans come and go: nothing more stays
 		time.Sleep(time.Millisecond)
-		own := kpOwnGoroutines()
-		if !assert.LessOrEqual(t, len(own), before+1, "goroutines of the pool's own at rest") {
+		own := kpStartedSince(before)
+		if !assert.LessOrEqual(t, len(own), 1, "goroutines of the pool's own at rest") {
 			t.Log(strings.Join(own, "\n\n"))
 			break
 		}
 	}
-	assert.True(t, kpKeeperAmong(kpOwnGoroutines()), "the one goroutine is the keeper's")
+	assert.True(t, kpKeeperAmong(kpStartedSince(before)), "the one goroutine is the keeper's")
 	require.NoError(t, p.Close())
-	assert.Eventually(t, func() bool { return len(kpOwnGoroutines()) == before }, testWait, time.Millisecond,
+	assert.Eventually(t, func() bool { return len(kpStartedSince(before)) == 0 }, testWait, time.Millisecond,
 		"Close ended the keeper") // it has closed its stopped channel, and returns
 }
 
