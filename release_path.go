@@ -114,11 +114,10 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 // does not yield: the woken lease runs when this goroutine next blocks,
 // ends or comes back to the gate (gate.stepAside).
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
-	if p.g.retired(e) {
+	switch {
+	case p.g.retired(e):
 		p.ds.later(e, reasonClear, nil)
-		return
-	}
-	if !p.g.giveBack(e) {
+	case !p.g.giveBack(e):
 		p.ds.later(e, p.g.refusedWhy(), nil)
 	}
 }
