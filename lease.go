@@ -107,11 +107,7 @@ func (l Lease[T]) CreatedAt() time.Time {
 // it does when Options.IdleTimeout, MaxLifetime or (with a Preparer)
 // CheckAfterIdle is set. It panics when the lease has ended, as Value does.
 func (l Lease[T]) IdleFor() time.Duration {
-	e := l.live("IdleFor")
-	if !e.pool.opts.stamps() {
-		return 0
-	}
-	return time.Duration(e.idleFor)
+	return time.Duration(l.live("IdleFor").idleFor)
 }
 
 // Uses returns how many leases the item has had, this one included: 1 for a

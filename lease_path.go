@@ -48,19 +48,16 @@ func (p *Pool[T]) Do(ctx context.Context, fn func(item T) error) error {
 	if err != nil {
 		return err
 	}
-	returned := false
+	broken := true // until fn returns: a panic or runtime.Goexit may leave the item half-used
 	defer func() {
-		if !returned {
-			l.Discard() // fn panicked, or called runtime.Goexit: the item may be half-used
+		if broken {
+			l.Discard()
+		} else {
+			l.Release()
 		}
 	}()
 	err = fn(l.Value())
-	returned = true
-	if errors.Is(err, ErrBroken) {
-		l.Discard()
-	} else {
-		l.Release()
-	}
+	broken = errors.Is(err, ErrBroken)
 	return err
 }
 
@@ -148,18 +145,17 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 			}
 		}
 		// A permit in hand: a judged idle item, else a fresh one; or another permit.
-		var t errType
-		var why reason
-		var err error
-		e, t, why, err = p.takeReady(ctx, e, lt)
+		ready, t, why, err := p.takeReady(ctx, e, lt)
 		if err == errAnotherPermit {
-			failed := e
-			e, w, a = p.anotherPermit(ctx, wait, ticket)
-			p.ds.later(failed, why, nil) // after: the permit it frees may be the lease's
+			if wait == mayWait {
+				wait = waitAgain // queuing again, with its ticket
+			}
+			e, w, a = p.g.acquire(ctx, wait, false, ticket)
+			p.ds.later(ready, why, nil) // after: the permit it frees may be the lease's
 			continue
 		}
-		if err == nil && e == nil {
-			e, t, err = p.createReady(ctx, lt)
+		if err == nil && ready == nil {
+			ready, t, err = p.createReady(ctx, lt)
 		}
 		if err != nil {
 			return p.leaseFailed(ctx, failedBy(ctx, t, err), err)
@@ -170,8 +166,8 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		if p.opts.MinIdle > 0 && a != admitParked {
 			p.kp.ask(wantSpares)
 		}
-		p.ob.lent(ctx, e, k, lt)
-		return Lease[T]{e: e, gen: e.gen.Load()}, nil
+		p.ob.lent(ctx, ready, k, lt)
+		return Lease[T]{e: ready, gen: ready.gen.Load()}, nil
 	}
 }
 
@@ -190,15 +186,6 @@ func (lt *leaseTimes) left(d time.Duration) time.Duration {
 	}
 	lt.start(true)
 	return max(d-time.Duration(monotime()-lt.since), 1)
-}
-
-// anotherPermit asks the gate for another permit for a lease whose idle item
-// failed; one that may wait queues again with its ticket (waitAgain).
-func (p *Pool[T]) anotherPermit(ctx context.Context, wait waitChoice, ticket uint64) (*entry[T], *waiter[T], admission) {
-	if wait == mayWait {
-		wait = waitAgain
-	}
-	return p.g.acquire(ctx, wait, false, ticket)
 }
 
 // refused fails a lease that the gate refused as a.
@@ -233,7 +220,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 		// Granted as we gave up, on a pool that closed or shrank: ours to destroy.
 		p.ds.later(e, p.g.refusedWhy(), nil)
 	}
-	var t errType
+	t := errCanceled // ctx ended, unless:
 	switch {
 	case expired:
 		t, err = errTimeout, p.timeoutError(lt.since)
@@ -241,8 +228,6 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 		t, err = errClosed, p.errClosed
 	case err == ErrBackendDown:
 		t, err = errDown, p.mk.backendDown()
-	default:
-		t = errCanceled
 	}
 	_, err = p.leaseFailed(ctx, t, err)
 	return nil, err
@@ -251,14 +236,13 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 // timeoutError is ErrLeaseTimeout for a lease begun at monotime since: what
 // the pool did meanwhile, and the last creation's error if one failed since.
 func (p *Pool[T]) timeoutError(since int64) error {
-	waited := time.Duration(monotime() - since)
 	_, _, queued, size, creating, dying, _ := p.g.counts()
 	what := fmt.Sprintf("every item stayed in use (MaxSize %d)", size)
 	if creating >= p.g.creationsCap() {
 		what = fmt.Sprintf("no item came free, and the creations stayed at MaxConcurrentCreates (%d)", creating)
 	}
 	err := fmt.Errorf("%w: pool %q: %s for %v; %d leases waiting, %d items being created, %d being destroyed",
-		ErrLeaseTimeout, p.opts.Name, what, waited.Round(time.Millisecond), queued, creating, dying)
+		ErrLeaseTimeout, p.opts.Name, what, time.Duration(monotime()-since).Round(time.Millisecond), queued, creating, dying)
 	if cause := p.mk.failedSince(since); cause != nil {
 		err = fmt.Errorf("%w; the last creation failed: %w", err, cause)
 	}
@@ -270,81 +254,61 @@ func (p *Pool[T]) timeoutError(since int64) error {
 // lease that queues again has its place before that permit is free.
 var errAnotherPermit = errors.New("pool: another permit")
 
-// takeReady returns e (else the newest idle item) if it passes judge; if
-// not, the item, why and errAnotherPermit. No item, no error: none is idle,
-// the permit still the caller's. On any other error, also on a panic or
-// Goexit of user code, the permit has gone (with the item, or back).
+// takeReady returns e (else the newest idle item), judged against one clock
+// read: it fails if a Clear retired it, it expired (but an item only idle too
+// long that the upkeep's floor keeps), or the Preparer's due check fails,
+// timed against LeaseTimeout. A failed item comes back with why and
+// errAnotherPermit. No item, no error: none is idle, the permit still the
+// caller's. On any other error, also on a panic or Goexit of user code, the
+// permit has gone (with the item, or back).
 func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_ *entry[T], failed errType, why reason, err error) {
 	if e == nil {
 		if e = p.g.takeIdle(); e == nil {
 			return nil, 0, 0, nil
 		}
 	}
-	settled := false
-	defer func() {
-		if !settled { // a panic or Goexit in the Preparer
-			p.letGo(e)
-		}
-	}()
 	var now int64
 	if p.opts.stamps() {
 		now = p.clk.now()
 		p.ex.sweepIfDue(now)
 	}
-	v, why, err := p.judge(ctx, e, now, lt)
-	settled = true
-	switch v {
-	case lendIt:
-		return e, 0, 0, nil
-	case spareIt:
-		p.giveBack(e) // unchecked, it is as good as it was
-		return nil, errCanceled, 0, err
-	}
-	if err != nil && ctx.Err() != nil {
-		p.ds.later(e, why, nil)
-		return nil, errCanceled, 0, ctx.Err() // the caller gave up: don't try another
-	}
-	return e, 0, why, errAnotherPermit
-}
-
-// verdict is judge's decision on an idle item taken for a lease.
-type verdict uint8
-
-const (
-	lendIt    verdict = iota
-	spareIt           // put it back idle, unjudged: the lease gave up before its check
-	destroyIt         // for the reason judge gave
-)
-
-// judge: destroyIt if a Clear retired e, it expired by now (but an item only
-// idle too long that the upkeep's floor keeps), or the Preparer's due check
-// fails, timed against LeaseTimeout; err is the check's, or ctx's if first.
-func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTimes) (verdict, reason, error) {
 	if p.g.retired(e) {
-		return destroyIt, reasonClear, nil
+		return e, 0, reasonClear, errAnotherPermit
 	}
 	if !lt.judge {
-		return lendIt, 0, nil
+		return e, 0, 0, nil
 	}
 	if why, expired := p.ex.judge(e, now); expired {
-		return destroyIt, why, nil
+		return e, 0, why, errAnotherPermit
 	}
 	if p.ck.due(e, now) {
 		if err := ctx.Err(); err != nil {
-			return spareIt, 0, err
+			p.giveBack(e) // unchecked, it is as good as it was
+			return nil, errCanceled, 0, err
 		}
+		checked := false
+		defer func() {
+			if !checked { // a panic or Goexit in the Preparer
+				p.ds.later(e, reasonPrepare, nil)
+			}
+		}()
 		lt.start(p.opts.LeaseTimeout > 0)
 		start := p.ob.startTimer(lt)
 		err := p.ck.check(ctx, e)
+		checked = true
 		p.ob.stopTimer(lt, start, &lt.prepare)
+		if err != nil && ctx.Err() != nil {
+			p.ds.later(e, reasonPrepare, nil)
+			return nil, errCanceled, 0, ctx.Err() // the caller gave up: don't try another
+		}
 		if err != nil {
-			return destroyIt, reasonPrepare, err
+			return e, 0, reasonPrepare, errAnotherPermit
 		}
 	}
 	if p.opts.stamps() {
 		e.idleFor = max(now-e.idleAt, 0)
 	}
-	return lendIt, 0, nil
+	return e, 0, 0, nil
 }
 
 // createReady creates and prepares a fresh item for the caller's permit. On
@@ -354,8 +318,12 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 	var e *entry[T]
 	settled := false
 	defer func() {
-		if !settled {
-			p.letGo(e)
+		switch {
+		case settled:
+		case e != nil:
+			p.ds.later(e, reasonPrepare, nil)
+		default:
+			p.g.free()
 		}
 	}()
 	var abandoned bool
@@ -371,20 +339,11 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 		err = p.ck.check(ctx, e)
 		p.ob.stopTimer(lt, start, &lt.prepare)
 		if err != nil {
-			return nil, errPrepare, err // the deferred letGo destroys it
+			return nil, errPrepare, err // the deferred call destroys it
 		}
 	}
 	settled = true
 	return e, 0, nil
-}
-
-// letGo gives up a failing lease's permit, with its item if any.
-func (p *Pool[T]) letGo(e *entry[T]) {
-	if e != nil {
-		p.ds.later(e, reasonPrepare, nil)
-		return
-	}
-	p.g.free()
 }
 
 // errType classifies a failed lease: the error.type of pool.lease.errors.

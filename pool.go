@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,8 +88,30 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	if err != nil {
 		return nil, err
 	}
-	if err := p.start(ctx); err != nil {
-		return nil, err
+	if !opts.SeedInBackground {
+		if err := p.mk.seed(ctx, opts.MinSize); err != nil {
+			p.cancel()
+			return nil, err
+		}
+	} else if opts.MinSize > 0 {
+		p.kp.ask(wantSeed) // which starts the keeper
+	}
+	if opts.UpkeepInterval > 0 || opts.LeakThreshold > 0 {
+		p.kp.start()
+	}
+	if opts.MinIdle > 0 {
+		p.kp.ask(wantSpares)
+	}
+	// After seeding: the gauges' callback reads Stats. It holds the pool
+	// weakly, so the provider does not keep a pool dropped without Close.
+	wp := p.self
+	if err := p.ob.startGauges(func() (Stats, bool) {
+		if q := wp.Value(); q != nil {
+			return q.Stats(), true
+		}
+		return Stats{}, false
+	}); err != nil {
+		return nil, errors.Join(err, p.Close())
 	}
 	return p, nil
 }
@@ -153,38 +176,6 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	return p, nil
 }
 
-// start seeds (now or in the background), starts the keeper if it has work,
-// registers the gauges.
-func (p *Pool[T]) start(ctx context.Context) error {
-	if !p.opts.SeedInBackground {
-		if err := p.mk.seed(ctx, p.opts.MinSize); err != nil {
-			p.cancel()
-			return err
-		}
-	}
-	if p.opts.UpkeepInterval > 0 || p.opts.LeakThreshold > 0 {
-		p.kp.start()
-	}
-	if p.opts.SeedInBackground && p.opts.MinSize > 0 {
-		p.kp.ask(wantSeed)
-	}
-	if p.opts.MinIdle > 0 {
-		p.kp.ask(wantSpares)
-	}
-	// After seeding: the gauges' callback reads Stats. It holds the pool
-	// weakly, so the provider does not keep a pool dropped without Close.
-	wp := p.self
-	if err := p.ob.startGauges(func() (Stats, bool) {
-		if q := wp.Value(); q != nil {
-			return q.Stats(), true
-		}
-		return Stats{}, false
-	}); err != nil {
-		return errors.Join(err, p.Close())
-	}
-	return nil
-}
-
 // Name returns the pool's name, Options.Name or its default.
 func (p *Pool[T]) Name() string { return p.opts.Name }
 
@@ -244,14 +235,11 @@ func (p *Pool[T]) close(ctx context.Context) (err, werr error) {
 	// From inside the pool's own work, Close cannot wait for that work, so
 	// it walks its stack to find it (framesOnStack, paid only here).
 	mine := framesOnStack()
-	werr = p.kp.wait(ctx, mine.keeper > 0)
+	werr = p.kp.wait(ctx, mine[workKeeper] > 0)
 	unreg := p.ob.stopGauges()
 	derr, werr2 := p.ds.all(ctx, es, reasonClose)
-	if werr == nil {
-		werr = werr2
-	}
-	if werr == nil {
-		werr = awaitOr(ctx, p.g.whenSettled(settle{creations: mine.turns, dying: mine.destroys}))
+	if werr = cmp.Or(werr, werr2); werr == nil {
+		werr = awaitOr(ctx, p.g.whenSettled(settle{creations: mine[workTurn], dying: mine[workDestroy]}))
 	}
 	return errors.Join(derr, unreg), werr
 }
@@ -261,24 +249,20 @@ func (p *Pool[T]) close(ctx context.Context) (err, werr error) {
 func awaitOr(ctx context.Context, done <-chan struct{}) error {
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
-		select {
-		case <-done: // both at once: done it is
-			return nil
-		default:
-			return ctx.Err()
-		}
+	}
+	select {
+	case <-done: // also when both were ready
+		return nil
+	default:
+		return ctx.Err()
 	}
 }
 
-// onStack counts a stack's frames of the pool's own work that calls user
-// code: turns to create, Destroy calls, the keeper.
-type onStack struct{ turns, destroys, keeper int }
-
-// framesOnStack walks the caller's stack. Frames name the pool's type, not
-// the pool: from inside another pool's work, Close waits for one piece fewer.
-func framesOnStack() (n onStack) {
+// framesOnStack counts, by work, the caller's stack's frames of the pool's
+// own work that calls user code. Frames name the pool's type, not the pool:
+// from inside another pool's work, Close waits for one piece fewer.
+func framesOnStack() (n [numWorks]int) {
 	pcs := make([]uintptr, 64)
 	k := runtime.Callers(2, pcs)
 	for k == len(pcs) {
@@ -289,25 +273,20 @@ func framesOnStack() (n onStack) {
 	for more := true; more; {
 		var f runtime.Frame
 		f, more = frames.Next()
-		switch workFrames[f.Function] {
-		case workTurn:
-			n.turns++
-		case workDestroy:
-			n.destroys++
-		case workKeeper:
-			n.keeper++
-		}
+		n[workFrames[f.Function]]++
 	}
 	return n
 }
 
+// work is a kind of the pool's own work that calls user code.
 type work uint8
 
 const (
-	workNone work = iota
-	workTurn
-	workDestroy
-	workKeeper
+	workNone    work = iota // any other frame
+	workTurn                // a turn to create
+	workDestroy             // a Destroy call
+	workKeeper              // the keeper
+	numWorks
 )
 
 // workFrames names the frames framesOnStack counts, as the runtime does for every T.
@@ -340,10 +319,10 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 		panic(errNilContext)
 	}
 	err, werr := p.close(ctx)
-	if werr != nil {
-		return errors.Join(err, werr)
+	if werr == nil {
+		werr = awaitOr(ctx, p.g.whenSettled(settle{all: true}))
 	}
-	if werr := awaitOr(ctx, p.g.whenSettled(settle{all: true})); werr != nil {
+	if werr != nil {
 		return errors.Join(err, werr)
 	}
 	return err

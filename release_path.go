@@ -39,12 +39,8 @@ func (p *Pool[T]) releaseSlow(e *entry[T]) {
 		p.end(e, reasonClear, "release")
 		return
 	}
-	if p.ob.tracing() {
-		defer p.ob.released(p.ob.endTrace(e), "release")
-	}
-	if e.atEnd.Load() != 0 {
-		p.ob.leaseEnded(e) // the lease ended with Release, before Reset
-	}
+	defer p.ob.released(p.ob.endTrace(e), "release")
+	p.ob.leaseEnded(e) // the lease ended with Release, before Reset
 	if p.opts.MaxUses > 0 && e.gen.Load() >= uint64(p.opts.MaxUses) {
 		p.ds.later(e, reasonUses, nil) // its MaxUses-th lease: gen counts the ended leases
 		return
@@ -52,17 +48,15 @@ func (p *Pool[T]) releaseSlow(e *entry[T]) {
 	if p.opts.Reset != nil && !p.reset(e) {
 		return
 	}
-	if !p.opts.stamps() {
-		p.giveBack(e)
-		return
+	if p.opts.stamps() {
+		now := p.clk.now()
+		p.ex.sweepIfDue(now)
+		if now > e.deadline {
+			p.ds.later(e, reasonLifetime, nil)
+			return
+		}
+		e.idleAt = now
 	}
-	now := p.clk.now()
-	p.ex.sweepIfDue(now)
-	if now > e.deadline {
-		p.ds.later(e, reasonLifetime, nil)
-		return
-	}
-	e.idleAt = now
 	p.giveBack(e)
 }
 
@@ -79,26 +73,17 @@ func (p *Pool[T]) end(e *entry[T], why reason, how string) {
 func (p *Pool[T]) detach(e *entry[T]) T {
 	p.ob.leaseEnded(e)
 	p.ob.forget(e) // the entry is garbage from now on, not a leak
-	if t := p.ob.endTrace(e); t.ctx != nil {
-		p.releasedOrDestroy(e, t)
-	}
-	v := e.value
-	p.ob.detached()
-	p.g.free()
-	return v
-}
-
-// releasedOrDestroy reports a traced Detach's end, destroying e if Released
-// does not return.
-func (p *Pool[T]) releasedOrDestroy(e *entry[T], t tracedEnd) {
-	returned := false
+	reported := false
 	defer func() {
-		if !returned {
+		if !reported {
 			p.ds.later(e, reasonDiscard, nil)
 		}
 	}()
-	p.ob.released(t, "detach")
-	returned = true
+	p.ob.released(p.ob.endTrace(e), "detach")
+	reported = true
+	p.ob.detached()
+	p.g.free()
+	return e.value
 }
 
 // reset runs Options.Reset. When Reset fails (logged: Release returns no
@@ -117,13 +102,9 @@ func (p *Pool[T]) reset(e *entry[T]) (ok bool) {
 }
 
 // giveBack makes e, whose permit the caller holds, idle: in this processor's
-// slot when nobody waits, else through the gate; if retired, it destroys e.
+// slot when nobody waits, else through the gate, which destroys it if retired.
 func (p *Pool[T]) giveBack(e *entry[T]) {
-	if p.g.retired(e) {
-		p.ds.later(e, reasonClear, nil)
-		return
-	}
-	if !p.g.slots.park(e) {
+	if p.g.retired(e) || !p.g.slots.park(e) {
 		p.giveBackToGate(e)
 	}
 }
@@ -133,11 +114,10 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 // does not yield: the woken lease runs when this goroutine next blocks,
 // ends or comes back to the gate (gate.stepAside).
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
-	if p.g.retired(e) {
+	switch {
+	case p.g.retired(e):
 		p.ds.later(e, reasonClear, nil)
-		return
-	}
-	if !p.g.giveBack(e) {
+	case !p.g.giveBack(e):
 		p.ds.later(e, p.g.refusedWhy(), nil)
 	}
 }
