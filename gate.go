@@ -289,7 +289,7 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, 
 // create, a permit being free, while the backend is down: then it is refused,
 // not queued for a turn it could not use. Caller holds g.mu.
 func (g *gate[T]) mustCreateWhileDown() bool {
-	return g.down.Load() && g.held+g.idle.len() < g.size
+	return g.down.Load() && g.held+len(g.idle) < g.size
 }
 
 // admissionLocked is the admission of a lease that acquireLocked gave e
@@ -359,7 +359,7 @@ func (g *gate[T]) setBypass() (cameOn bool) {
 }
 
 // alive counts the items in existence but the dying. Caller holds g.mu.
-func (g *gate[T]) alive() int { return g.held - g.dying + g.idle.len() }
+func (g *gate[T]) alive() int { return g.held - g.dying + len(g.idle) }
 
 // shrinking: more items alive than size after a resize; returning items
 // are destroyed and freed permits retire until they fit. Caller holds g.mu.
@@ -576,7 +576,7 @@ func (g *gate[T]) createEnded() {
 // permit and a turn are free; while the backend is down, each waiter a free
 // permit would let create gets ErrBackendDown instead. Caller holds g.mu.
 func (g *gate[T]) grantTurnsLocked() {
-	for g.waiters.n > 0 && g.held+g.idle.len() < g.size {
+	for g.waiters.n > 0 && g.held+len(g.idle) < g.size {
 		switch {
 		case g.down.Load():
 			g.grantOldest(nil, ErrBackendDown)
@@ -643,11 +643,11 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	have, waiting := g.alive(), g.waiters.n > 0
 	switch count {
 	case idleItems:
-		have = g.idle.len() + g.slots.scan().parked
+		have = len(g.idle) + g.slots.scan().parked
 	case probeItem:
 		have, waiting = 0, false
 	}
-	if g.closed || waiting || g.held+g.idle.len() >= g.size || g.creating >= g.maxCreating || have >= n ||
+	if g.closed || waiting || g.held+len(g.idle) >= g.size || g.creating >= g.maxCreating || have >= n ||
 		g.down.Load() && count != probeItem {
 		return false
 	}
@@ -661,7 +661,7 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 func (g *gate[T]) short(n int) bool {
 	g.lock()
 	defer g.unlock()
-	return !g.closed && g.alive() < n && g.held+g.idle.len() < g.size
+	return !g.closed && g.alive() < n && g.held+len(g.idle) < g.size
 }
 
 // unparkLocked moves every parked entry to a waiter or the idle queue,

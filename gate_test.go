@@ -349,7 +349,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		grant(g, item, nil)
 		leave(g, w1)
 		assert.Equal(t, 0, g.held)
-		assert.Equal(t, 1, g.idle.len())
+		assert.Equal(t, 1, len(g.idle))
 	})
 	t.Run("bare permit comes free", func(t *testing.T) {
 		g := testGate(1, 1)
@@ -358,7 +358,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 		grant(g, nil, nil)
 		leave(g, w1)
 		assert.Equal(t, 0, g.held)
-		assert.Equal(t, 0, g.idle.len())
+		assert.Equal(t, 0, len(g.idle))
 	})
 	t.Run("not granted: just leaves", func(t *testing.T) {
 		g := testGate(1, 1)

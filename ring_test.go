@@ -36,22 +36,19 @@ func TestRingQueueIsFIFOAcrossGrowth(t *testing.T) {
 	for i := range es {
 		es[i] = &entry[int]{value: i}
 	}
-	// Wrap the head around before growing, so grow must unroll it.
+	// Take from the head before growing, so the growth must keep the order.
 	for _, e := range es[:6] {
 		q.push(e)
 	}
-	for i := range 4 {
-		assert.Same(t, es[i], q.pop())
-	}
+	assert.Equal(t, es[:4], q.popOldest(nil, 4))
 	for _, e := range es[6:] {
 		q.push(e)
 	}
-	assert.Equal(t, 16, q.len())
-	for i := 4; i < len(es); i++ {
-		assert.Same(t, es[i], q.pop(), "oldest first")
-	}
-	assert.Nil(t, q.pop())
-	for i, e := range q.buf {
+	assert.Equal(t, 16, len(q))
+	assert.Same(t, es[19], q.popNewest(), "leases take the newest")
+	assert.Equal(t, es[4:19], q.popOldest(nil, 100), "oldest first, as far as there are")
+	assert.Nil(t, q.popNewest())
+	for i, e := range q[:cap(q)] {
 		assert.Nil(t, e, "slot %d still references an entry given out", i)
 	}
 }
