@@ -97,37 +97,27 @@ type settle struct {
 func (g *gate[T]) whenSettled(s settle) <-chan struct{} {
 	g.lock()
 	defer g.unlock()
-	if g.closed && g.settled(s) {
-		return closedChan
-	}
 	s.done = make(chan struct{})
 	g.settles = append(g.settles, s)
+	g.settleLocked()
 	return s.done
 }
 
-func (g *gate[T]) settled(s settle) bool {
-	if s.all {
-		return g.held == 0
-	}
-	return g.creating <= s.creations && g.dying <= s.dying
-}
-
 // settleLocked ends the waits that hold now, after a permit or a turn came
-// back. Caller holds g.mu.
+// back: no permit held holds them all, as creations and the dying hold one
+// each. Caller holds g.mu.
 func (g *gate[T]) settleLocked() {
 	if !g.closed || len(g.settles) == 0 {
 		return
 	}
 	g.settles = slices.DeleteFunc(g.settles, func(s settle) bool {
-		if !g.settled(s) {
-			return false
+		settled := g.held == 0 || !s.all && g.creating <= s.creations && g.dying <= s.dying
+		if settled {
+			close(s.done)
 		}
-		close(s.done)
-		return true
+		return settled
 	})
 }
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // counts returns the permits held (by leases, creations and destructions),
 // the idle entries (queued or parked), the waiters, the size, the dying and

@@ -93,10 +93,10 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		w := newWaiter()
 		s := rgMine(&g.slots)
 		g.lock()
-		_, ok := g.acquireLocked() // the lease looks: no permit, nothing idle
-		require.False(t, ok)
+		_, a := g.acquireLocked(mayWait, true) // the lease looks: no permit, nothing idle
+		require.Equal(t, queued, a)
 		require.True(t, s.e.CompareAndSwap(nil, e)) // the release parks ...
-		g.enqueueLocked(w)                          // ... as the lease queues
+		g.enqueueLocked(w, false)                   // ... as the lease queues
 		g.unlock()
 		assert.True(t, g.slots.confirm(s, e), "the release finds its item gone: nothing left to do")
 		assert.Same(t, e, rgGranted(t, w), "queueing stole the parked item for the waiter")
@@ -111,7 +111,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		g, e := rgGate()
 		w := newWaiter()
 		g.lock()
-		g.enqueueLocked(w) // the lease queues; bypass comes on
+		g.enqueueLocked(w, false) // the lease queues; bypass comes on
 		g.unlock()
 		require.True(t, g.slots.bypass.Load())
 		s := rgMine(&g.slots)
@@ -127,7 +127,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 	t.Run("a release with bypass on does not park", func(t *testing.T) {
 		g, e := rgGate()
 		g.lock()
-		g.enqueueLocked(newWaiter())
+		g.enqueueLocked(newWaiter(), false)
 		g.unlock()
 		assert.False(t, g.slots.park(e))
 		assert.Zero(t, g.slots.scan().parked)
@@ -140,8 +140,8 @@ func TestRingLeaseStealsFromOtherSlots(t *testing.T) {
 	g, e := rgGate()
 	for i := range g.slots.s {
 		g.slots.s[i].e.Store(e)
-		got, ok := g.acquireLocked()
-		require.True(t, ok, "slot %d", i)
+		got, a := g.acquireLocked(mayWait, true)
+		require.Equal(t, admitted, a, "slot %d", i)
 		assert.Same(t, e, got, "slot %d", i)
 		assert.Equal(t, 1, g.held, "the parked item's permit came with it")
 		assert.Nil(t, g.slots.s[i].e.Load())
