@@ -87,7 +87,8 @@ func (m *maker[T]) seed(ctx context.Context, n int) error {
 	if first == nil && panicVal == nil {
 		return nil
 	}
-	derr, _ := m.ds.all(context.Background(), m.g.drainIdle(), reasonClose)
+	es, _ := m.g.close() // New fails: nobody else has the pool
+	derr, _ := m.ds.all(context.Background(), es, reasonClose)
 	err := errors.Join(first, derr)
 	if panicVal != nil {
 		panic(panicVal)

@@ -1344,15 +1344,10 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 	// at 0, as the model has them; and it ran the creations in parallel:
 	// put the items in the order of their ids, as the model has them.
 	p.g.mu.Lock()
-	var seeded []*entry[*faultItem]
-	for e := p.g.idle.pop(); e != nil; e = p.g.idle.pop() {
+	for _, e := range p.g.idle {
 		e.deadline, e.idleAt = p.ex.deadline(0), 0
-		seeded = append(seeded, e)
 	}
-	slices.SortFunc(seeded, func(a, b *entry[*faultItem]) int { return a.value.id - b.value.id })
-	for _, e := range seeded {
-		p.g.idle.push(e)
-	}
+	slices.SortFunc(p.g.idle, func(a, b *entry[*faultItem]) int { return a.value.id - b.value.id })
 	p.g.mu.Unlock()
 	for range minSize {
 		m.factoryCalls++
@@ -1828,8 +1823,8 @@ func (r *fzRun) check() {
 	g := &r.p.g
 	g.mu.Lock()
 	var queue []int
-	for i := range g.idle.n {
-		queue = append(queue, g.idle.buf[(g.idle.head+i)&(len(g.idle.buf)-1)].value.id)
+	for _, e := range g.idle {
+		queue = append(queue, e.value.id)
 	}
 	var parked []int
 	for i := range g.slots.s {

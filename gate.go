@@ -81,33 +81,26 @@ type waiter[T any] struct {
 }
 
 // waitQueue is an intrusive list of waiters by ticket, their place in line,
-// under gate.mu: issued on first queueing (pushBack), kept on queueing again
-// after a failed check (pushAgain), 0 for a permit taken while none waited.
+// under gate.mu: issued on first queueing, kept on queueing again after a
+// failed check, 0 for a permit taken while none waited.
 type waitQueue[T any] struct {
 	head, tail *waiter[T]
 	n          int
-	issued     uint64 // the last ticket pushBack gave
+	issued     uint64 // the last ticket push gave
 }
 
-// pushBack queues w last, with a new ticket.
-func (q *waitQueue[T]) pushBack(w *waiter[T]) {
-	q.issued++
-	w.ticket = q.issued
-	q.insertBefore(w, nil)
-}
-
-// pushAgain queues w behind the waiters whose tickets are not later: only
-// leases queued again can be ahead of it, at most one per item.
-func (q *waitQueue[T]) pushAgain(w *waiter[T]) {
-	next := q.head
-	for next != nil && next.ticket <= w.ticket {
-		next = next.next
+// push queues w last, with a new ticket; or, again, behind the waiters whose
+// tickets are not later than its own: only leases queued again can be ahead
+// of it, at most one per item.
+func (q *waitQueue[T]) push(w *waiter[T], again bool) {
+	var next *waiter[T]
+	if again {
+		for next = q.head; next != nil && next.ticket <= w.ticket; next = next.next {
+		}
+	} else {
+		q.issued++
+		w.ticket = q.issued
 	}
-	q.insertBefore(w, next)
-}
-
-// insertBefore links w in before next, or last when next is nil.
-func (q *waitQueue[T]) insertBefore(w, next *waiter[T]) {
 	w.next = next
 	if next == nil {
 		w.prev, q.tail = q.tail, w
@@ -144,9 +137,11 @@ func (q *waitQueue[T]) remove(w *waiter[T]) {
 func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 	for w := g.waiters.head; w != nil; w = g.waiters.head {
 		g.waiters.remove(w)
-		if w.gaveUp() {
+		select {
+		case <-w.done: // its ctx ended (done is closed, never sent on)
 			w.skipped.Store(true) // the last touch: see leave
 			continue
+		default:
 		}
 		g.setBypass()
 		w.e, w.err, w.granted = e, err, true
@@ -154,17 +149,6 @@ func (g *gate[T]) grantOldest(e *entry[T], err error) bool {
 		return true
 	}
 	return false
-}
-
-// gaveUp reports whether w's ctx has ended: a receive that never blocks
-// (done is never written, only closed), safe under g.mu unpreemptible.
-func (w *waiter[T]) gaveUp() bool {
-	select {
-	case <-w.done:
-		return true
-	default:
-		return false
-	}
 }
 
 func (g *gate[T]) lock() {
@@ -205,14 +189,6 @@ func (g *gate[T]) stepAside() {
 	}
 }
 
-// ran clears w's mark in the slot of the processor that woke it: it runs.
-func (w *waiter[T]) ran() {
-	if s := w.wokeOn; s != nil {
-		s.woke.CompareAndSwap(w, nil)
-		w.wokeOn = nil
-	}
-}
-
 // admission is what acquire did with a lease.
 type admission uint8
 
@@ -222,13 +198,14 @@ const (
 	admitBare                         // a bare permit and no idle entry: the right to create one
 	admitParked                       // a permit, with the entry parked in the lease's processor's slot
 	queued                            // no permit yet: the lease waits, in await
+	refusedClosed                     // the gate is closed
+	refusedCanceled                   // the caller's ctx had ended before it could queue
+	refusedDown                       // the lease would have to create, and the backend is down
 	refusedInUse                      // no permit free, and the caller would not wait
 	refusedCreating                   // no turn to create free, and the caller would not wait
 	refusedQueue                      // others wait already, and the caller would not wait behind them
-	refusedClosed                     // the gate is closed
-	refusedCanceled                   // the caller's ctx had ended before it could queue
 	refusedQueueFull                  // maxQueued leases wait already
-	refusedDown                       // the lease would have to create, and the backend is down
+	numAdmissions
 )
 
 func (a admission) refused() bool { return a > queued }
@@ -251,19 +228,9 @@ const (
 func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, ticket uint64) (e *entry[T], w *waiter[T], a admission) {
 	g.stepAside()
 	g.lock()
-	if g.closed {
-		g.unlock()
-		return nil, nil, refusedClosed
-	}
-	var ok bool
-	if e, ok = g.acquireLocked(); ok || wait == noWait || g.mustCreateWhileDown() {
-		a = g.admissionLocked(e, ok, completes)
+	if e, a = g.acquireLocked(wait, completes); a != queued {
 		g.unlock()
 		return e, nil, a
-	}
-	if g.maxQueued > 0 && g.waiters.n >= g.maxQueued && wait != waitAgain {
-		g.unlock()
-		return nil, nil, refusedQueueFull
 	}
 	// ctx.Err, ctx.Done, sync.Pool.Get may take locks: preemptible, under g.mu.
 	preemptOn()
@@ -271,78 +238,62 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, 
 		g.mu.Unlock()
 		return nil, nil, refusedCanceled // already given up: don't queue
 	}
-	w = g.newWaiter()
-	w.done = ctx.Done()
-	preemptOff()
-	if wait == waitAgain {
-		w.ticket = ticket
-		g.waiters.pushAgain(w)
-		g.queuedLocked()
-	} else {
-		g.enqueueLocked(w)
+	w, _ = g.spare.Get().(*waiter[T])
+	if w == nil {
+		w = &waiter[T]{ready: make(chan struct{}, 1)}
 	}
+	w.done, w.ticket = ctx.Done(), ticket
+	preemptOff()
+	g.enqueueLocked(w, wait == waitAgain)
 	g.unlock()
 	return nil, w, queued
 }
 
-// mustCreateWhileDown reports whether a lease finding no idle item would
-// create, a permit being free, while the backend is down: then it is refused,
-// not queued for a turn it could not use. Caller holds g.mu.
-func (g *gate[T]) mustCreateWhileDown() bool {
-	return g.down.Load() && g.held+g.idle.len() < g.size
-}
-
-// admissionLocked is the admission of a lease that acquireLocked gave e
-// (ok), or refused when it would not wait. Caller holds g.mu.
-func (g *gate[T]) admissionLocked(e *entry[T], ok, completes bool) admission {
-	switch {
-	case !ok && g.mustCreateWhileDown():
-		return refusedDown
-	case !ok && g.waiters.n > 0:
-		return refusedQueue
-	case !ok && g.held < g.size:
-		return refusedCreating
-	case !ok:
-		return refusedInUse
-	case e == nil:
-		return admitBare
-	case e.era != g.slots.era.Load():
-		return admitRetired
-	}
-	if completes {
-		g.fastLeases++
-	}
-	return admitted
-}
-
-// newWaiter: caller holds g.mu, preemptible.
-func (g *gate[T]) newWaiter() *waiter[T] {
-	w, _ := g.spare.Get().(*waiter[T])
-	if w == nil {
-		w = &waiter[T]{ready: make(chan struct{}, 1)}
-	}
-	return w
-}
-
 // acquireLocked (caller holds g.mu), when nobody queues, takes a permit with
-// the newest idle entry, else a parked one and its permit, else a bare permit.
-func (g *gate[T]) acquireLocked() (e *entry[T], ok bool) {
-	if g.waiters.n > 0 {
-		return nil, false
+// the newest idle entry, else a parked one and its permit, else a bare
+// permit; else it says whether the lease queues (refusedLocked).
+func (g *gate[T]) acquireLocked(wait waitChoice, completes bool) (e *entry[T], a admission) {
+	switch {
+	case g.closed:
+		return nil, refusedClosed
+	case g.waiters.n > 0:
+		return nil, g.refusedLocked(wait)
 	}
 	if e = g.idle.popNewest(); e != nil {
 		g.held++ // free: idle entries hold no permit, and held + idle <= size
-		return e, true
-	}
-	if e = g.slots.steal(); e != nil {
-		return e, true
-	}
-	if g.held < g.size && g.creating < g.maxCreating && !g.down.Load() {
+	} else if e = g.slots.steal(); e == nil {
+		if g.held >= g.size || g.creating >= g.maxCreating || g.down.Load() {
+			return nil, g.refusedLocked(wait)
+		}
 		g.held++
 		g.creating++
-		return nil, true
+		return nil, admitBare
 	}
-	return nil, false
+	switch {
+	case e.era != g.slots.era.Load():
+		return e, admitRetired
+	case completes:
+		g.fastLeases++
+	}
+	return e, admitted
+}
+
+// refusedLocked is queued for a lease that finds no permit free and may
+// wait, else why it is refused. Caller holds g.mu.
+func (g *gate[T]) refusedLocked(wait waitChoice) admission {
+	switch {
+	case g.down.Load() && g.held+len(g.idle) < g.size:
+		return refusedDown // it would create: refused, not queued for a turn it could not use
+	case wait == waitAgain, wait == mayWait && (g.maxQueued == 0 || g.waiters.n < g.maxQueued):
+		return queued
+	case wait == mayWait:
+		return refusedQueueFull
+	case g.waiters.n > 0:
+		return refusedQueue
+	case g.held < g.size:
+		return refusedCreating
+	}
+	return refusedInUse
 }
 
 // setBypass turns the slots' bypass on when needed, reporting whether it
@@ -359,7 +310,7 @@ func (g *gate[T]) setBypass() (cameOn bool) {
 }
 
 // alive counts the items in existence but the dying. Caller holds g.mu.
-func (g *gate[T]) alive() int { return g.held - g.dying + g.idle.len() }
+func (g *gate[T]) alive() int { return g.held - g.dying + len(g.idle) }
 
 // shrinking: more items alive than size after a resize; returning items
 // are destroyed and freed permits retire until they fit. Caller holds g.mu.
@@ -394,16 +345,14 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 		testHooks.afterWait()
 	}
 	w.disarm(expired)
-	switch {
-	case granted && err == nil:
-		w.ran()
-		e, err = w.e, w.err // the grant: a permit, or Close's ErrClosed
-	case granted:
-		w.ran()
-		e, err, expired = g.giveUp(w, err, expired)
-	default:
-		if g.leave(w) { // granted after all, as we gave up
-			w.ran()
+	if granted || g.leave(w) { // leave: granted after all, as we gave up
+		if s := w.wokeOn; s != nil { // it runs: clear its mark (see stepAside)
+			s.woke.CompareAndSwap(w, nil)
+			w.wokeOn = nil
+		}
+		if err == nil {
+			e, err = w.e, w.err // the grant: a permit, or Close's ErrClosed
+		} else {
 			e, err, expired = g.giveUp(w, err, expired)
 		}
 	}
@@ -495,22 +444,18 @@ func (g *gate[T]) giveUp(w *waiter[T], err error, expired bool) (stranded *entry
 		return nil, w.err, false // Close, or the backend down, at this instant: say so
 	}
 	if w.e == nil {
-		g.freeBare()
+		g.end(1, 1, 0) // a bare permit, not to create with
 	} else if !g.giveBack(w.e) {
 		return w.e, err, expired
 	}
 	return nil, err, expired
 }
 
-// enqueueLocked queues w. Caller holds g.mu.
-func (g *gate[T]) enqueueLocked(w *waiter[T]) {
-	g.waiters.pushBack(w)
-	g.queuedLocked()
-}
-
-// queuedLocked: when the first waiter queues, bypass comes on and parked
-// entries go to the waiters, which may grant the new one at once.
-func (g *gate[T]) queuedLocked() {
+// enqueueLocked queues w, again or not (see waitQueue.push). When the first
+// waiter queues, bypass comes on and parked entries go to the waiters, which
+// may grant w at once. Caller holds g.mu.
+func (g *gate[T]) enqueueLocked(w *waiter[T], again bool) {
+	g.waiters.push(w, again)
 	if g.setBypass() {
 		g.unparkLocked()
 	}
@@ -539,34 +484,27 @@ func (g *gate[T]) giveBackLocked(e *entry[T]) {
 	g.dropPermitLocked()
 }
 
-// freeBare frees a bare permit whose holder will not create.
-func (g *gate[T]) freeBare() {
-	g.lock()
-	g.creating--
-	g.freeLocked()
-	g.unlock()
-}
-
-// free frees a permit held with no item, as freeLocked does.
-func (g *gate[T]) free() {
-	g.lock()
-	g.freeLocked()
-	g.unlock()
-}
-
-// freeLocked frees a permit and grants it as grantTurnsLocked does: while
-// items exceed size it retires (its item was one too many); with no turn for
-// the waiter it stays free until a creation's end grants it.
-func (g *gate[T]) freeLocked() {
-	g.dropPermitLocked()
-	g.grantTurnsLocked()
-}
+// free frees a permit held with no item.
+func (g *gate[T]) free() { g.end(1, 0, 0) }
 
 // createEnded gives back a turn to create, as the creation ended or its
-// holder did not create; with a permit free, it goes to the oldest waiter.
-func (g *gate[T]) createEnded() {
+// holder did not create.
+func (g *gate[T]) createEnded() { g.end(0, 1, 0) }
+
+// destroyed frees the permit of an item whose Destroy returned or timed out.
+func (g *gate[T]) destroyed() { g.end(1, 0, 1) }
+
+// end gives back permits held with no item, turns to create and dying marks,
+// and grants what came free as grantTurnsLocked does: a freed permit, while
+// items exceed size, retires (its item was one too many); with no turn for
+// the waiter it stays free until a creation's end grants it.
+func (g *gate[T]) end(permits, turns, dying int) {
 	g.lock()
-	g.creating--
+	g.creating -= turns
+	g.dying -= dying
+	for range permits {
+		g.dropPermitLocked()
+	}
 	g.grantTurnsLocked()
 	g.settleLocked()
 	g.unlock()
@@ -576,7 +514,7 @@ func (g *gate[T]) createEnded() {
 // permit and a turn are free; while the backend is down, each waiter a free
 // permit would let create gets ErrBackendDown instead. Caller holds g.mu.
 func (g *gate[T]) grantTurnsLocked() {
-	for g.waiters.n > 0 && g.held+g.idle.len() < g.size {
+	for g.waiters.n > 0 && g.held+len(g.idle) < g.size {
 		switch {
 		case g.down.Load():
 			g.grantOldest(nil, ErrBackendDown)
@@ -610,14 +548,6 @@ func (g *gate[T]) toDestroy() {
 	g.unlock()
 }
 
-// destroyed frees the permit of an item whose Destroy returned or timed out.
-func (g *gate[T]) destroyed() {
-	g.lock()
-	g.dying--
-	g.freeLocked()
-	g.unlock()
-}
-
 // dropPermitLocked: a permit found no waiter. Caller holds g.mu.
 func (g *gate[T]) dropPermitLocked() {
 	g.held--
@@ -643,11 +573,11 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 	have, waiting := g.alive(), g.waiters.n > 0
 	switch count {
 	case idleItems:
-		have = g.idle.len() + g.slots.scan().parked
+		have = len(g.idle) + g.slots.scan().parked
 	case probeItem:
 		have, waiting = 0, false
 	}
-	if g.closed || waiting || g.held+g.idle.len() >= g.size || g.creating >= g.maxCreating || have >= n ||
+	if g.closed || waiting || g.held+len(g.idle) >= g.size || g.creating >= g.maxCreating || have >= n ||
 		g.down.Load() && count != probeItem {
 		return false
 	}
@@ -661,7 +591,7 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 func (g *gate[T]) short(n int) bool {
 	g.lock()
 	defer g.unlock()
-	return !g.closed && g.alive() < n && g.held+g.idle.len() < g.size
+	return !g.closed && g.alive() < n && g.held+len(g.idle) < g.size
 }
 
 // unparkLocked moves every parked entry to a waiter or the idle queue,
@@ -682,15 +612,16 @@ func (g *gate[T]) takeIdle() *entry[T] {
 		if e = g.slots.steal(); e == nil {
 			return nil
 		}
-		g.freeLocked()
+		g.dropPermitLocked() // it came with its own
 	}
 	g.creating--
 	g.grantTurnsLocked()
 	return e
 }
 
-// exhausted returns the errors of a refused lease, naming the size now.
-func (g *gate[T]) exhausted() *exhaustedErrs { return g.refusals.Load() }
+// refusal is the error of a lease refused as a for want of room, naming the
+// size now; nil for the other refusals.
+func (g *gate[T]) refusal(a admission) error { return g.refusals.Load()[a] }
 
 // retired reports whether e was created, or began its creation, before the
 // last Clear: then it is destroyed where it would go idle or be lent.

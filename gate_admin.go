@@ -14,7 +14,7 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 	g.lock()
 	defer g.unlock()
 	g.unparkLocked()
-	n := g.held + g.idle.len()
+	n := g.held + len(g.idle)
 	g.idle.filter(func(e *entry[T]) bool {
 		if !drop(e, n) {
 			return false
@@ -46,20 +46,11 @@ func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 	return e
 }
 
-// drainIdle removes every idle entry, queued or parked, with a dying permit
-// each, so they count against the cap until destroyed; a queued one's permit
-// is free to take, as held + idle <= size.
-func (g *gate[T]) drainIdle() []*entry[T] {
-	g.lock()
-	defer g.unlock()
-	return g.drainIdleLocked()
-}
-
+// drainIdleLocked removes every idle entry, queued or parked, with a dying
+// permit each, so they count against the cap until destroyed; a queued one's
+// permit is free to take, as held + idle <= size. Caller holds g.mu.
 func (g *gate[T]) drainIdleLocked() []*entry[T] {
-	var es []*entry[T]
-	for e := g.idle.pop(); e != nil; e = g.idle.pop() {
-		es = append(es, e)
-	}
+	es := g.idle.popOldest(nil, len(g.idle))
 	g.held += len(es)
 	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
 		es = append(es, e)
@@ -69,7 +60,7 @@ func (g *gate[T]) drainIdleLocked() []*entry[T] {
 }
 
 // clear starts a new era, retiring every entry created before it as it comes
-// back (see slots.era), and drains the idle entries as drainIdle does.
+// back (see slots.era), and drains the idle entries (drainIdleLocked).
 func (g *gate[T]) clear() []*entry[T] {
 	g.lock()
 	defer g.unlock()
@@ -78,7 +69,7 @@ func (g *gate[T]) clear() []*entry[T] {
 }
 
 // close marks the gate closed, wakes every waiter with ErrClosed and drains
-// the idle entries as drainIdle does; calls after the first report false.
+// the idle entries (drainIdleLocked); calls after the first report false.
 func (g *gate[T]) close() ([]*entry[T], bool) {
 	g.lock()
 	defer g.unlock()
@@ -106,37 +97,27 @@ type settle struct {
 func (g *gate[T]) whenSettled(s settle) <-chan struct{} {
 	g.lock()
 	defer g.unlock()
-	if g.closed && g.settled(s) {
-		return closedChan
-	}
 	s.done = make(chan struct{})
 	g.settles = append(g.settles, s)
+	g.settleLocked()
 	return s.done
 }
 
-func (g *gate[T]) settled(s settle) bool {
-	if s.all {
-		return g.held == 0
-	}
-	return g.creating <= s.creations && g.dying <= s.dying
-}
-
 // settleLocked ends the waits that hold now, after a permit or a turn came
-// back. Caller holds g.mu.
+// back: no permit held holds them all, as creations and the dying hold one
+// each. Caller holds g.mu.
 func (g *gate[T]) settleLocked() {
 	if !g.closed || len(g.settles) == 0 {
 		return
 	}
 	g.settles = slices.DeleteFunc(g.settles, func(s settle) bool {
-		if !g.settled(s) {
-			return false
+		settled := g.held == 0 || !s.all && g.creating <= s.creations && g.dying <= s.dying
+		if settled {
+			close(s.done)
 		}
-		close(s.done)
-		return true
+		return settled
 	})
 }
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // counts returns the permits held (by leases, creations and destructions),
 // the idle entries (queued or parked), the waiters, the size, the dying and
@@ -149,7 +130,7 @@ func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sum
 	sums = g.slots.scan()
 	sums.parked = min(sums.parked, g.held) // an entry seen in two slots as it moved
 	sums.leases += g.fastLeases
-	return g.held - sums.parked, g.idle.len() + sums.parked, g.waiters.n, g.size, g.creating, g.dying, sums
+	return g.held - sums.parked, len(g.idle) + sums.parked, g.waiters.n, g.size, g.creating, g.dying, sums
 }
 
 // items returns the items in existence as the gate counts them: permits
@@ -157,7 +138,7 @@ func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sum
 func (g *gate[T]) items() int {
 	g.lock()
 	defer g.unlock()
-	return g.held + g.idle.len()
+	return g.held + len(g.idle)
 }
 
 // resize sets the size to n, with the refusals that name it, or returns
@@ -188,14 +169,9 @@ func (g *gate[T]) resize(n int, refusals *exhaustedErrs) (excess []*entry[T], er
 			}
 		}
 	}
-	for ; over > 0; over-- {
-		e := g.idle.pop()
-		if e == nil {
-			break // the rest of the excess is leased
-		}
-		g.held++
-		excess = append(excess, e)
-	}
+	parked := len(excess)
+	excess = g.idle.popOldest(excess, over) // the rest of the excess is leased
+	g.held += len(excess) - parked
 	g.dying += len(excess)
 	return excess, nil
 }

@@ -331,8 +331,8 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 	t.Run("item to the next waiter", func(t *testing.T) {
 		g := testGate(1, 1)
 		w1, w2 := newWaiter(), newWaiter()
-		g.waiters.pushBack(w1)
-		g.waiters.pushBack(w2)
+		g.waiters.push(w1, false)
+		g.waiters.push(w2, false)
 		require.True(t, grant(g, item, nil)) // w1 is granted ...
 		stranded, closed := leave(g, w1)     // ... as it gives up
 		assert.Nil(t, stranded)
@@ -345,26 +345,26 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 	t.Run("item to the idle queue", func(t *testing.T) {
 		g := testGate(1, 1)
 		w1 := newWaiter()
-		g.waiters.pushBack(w1)
+		g.waiters.push(w1, false)
 		grant(g, item, nil)
 		leave(g, w1)
 		assert.Equal(t, 0, g.held)
-		assert.Equal(t, 1, g.idle.len())
+		assert.Equal(t, 1, len(g.idle))
 	})
 	t.Run("bare permit comes free", func(t *testing.T) {
 		g := testGate(1, 1)
 		w1 := newWaiter()
-		g.waiters.pushBack(w1)
+		g.waiters.push(w1, false)
 		grant(g, nil, nil)
 		leave(g, w1)
 		assert.Equal(t, 0, g.held)
-		assert.Equal(t, 0, g.idle.len())
+		assert.Equal(t, 0, len(g.idle))
 	})
 	t.Run("not granted: just leaves", func(t *testing.T) {
 		g := testGate(1, 1)
 		w1, w2 := newWaiter(), newWaiter()
-		g.waiters.pushBack(w1)
-		g.waiters.pushBack(w2)
+		g.waiters.push(w1, false)
+		g.waiters.push(w2, false)
 		leave(g, w1)
 		assert.Same(t, w2, g.waiters.head)
 		assert.Equal(t, 1, g.waiters.n)
@@ -373,7 +373,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 	t.Run("closed after the grant: item stranded for the caller", func(t *testing.T) {
 		g := testGate(1, 1)
 		w1 := newWaiter()
-		g.waiters.pushBack(w1)
+		g.waiters.push(w1, false)
 		grant(g, item, nil)
 		g.close()
 		stranded, closed := leave(g, w1)
@@ -384,8 +384,8 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 	t.Run("gave up between the grant and the wake-up", func(t *testing.T) {
 		g := testGate(1, 1)
 		w1, w2 := newWaiter(), newWaiter()
-		g.waiters.pushBack(w1)
-		g.waiters.pushBack(w2)
+		g.waiters.push(w1, false)
+		g.waiters.push(w2, false)
 		g.lock()
 		require.True(t, g.grantOldest(item, nil)) // granted, not yet woken
 		left := make(chan *entry[int])
@@ -407,7 +407,7 @@ func TestGateLeavePassesRacedGrantOn(t *testing.T) {
 	t.Run("woken by Close", func(t *testing.T) {
 		g := testGate(1, 1)
 		w1 := newWaiter()
-		g.waiters.pushBack(w1)
+		g.waiters.push(w1, false)
 		g.close()
 		stranded, closed := leave(g, w1)
 		assert.Nil(t, stranded)
@@ -480,7 +480,7 @@ func TestWaiterTimerReuse(t *testing.T) {
 			t.Helper()
 			g.held = 1
 			g.mu.Lock()
-			g.enqueueLocked(w)
+			g.enqueueLocked(w, false)
 			g.mu.Unlock()
 			time.AfterFunc(20*time.Millisecond, grant)
 			_, waited, expired, err := g.await(context.Background(), w, 10*time.Second)
@@ -491,7 +491,7 @@ func TestWaiterTimerReuse(t *testing.T) {
 		// Granted, and the 1 ms timer fired, before the wait looks: the
 		// timeout wins.
 		g.mu.Lock()
-		g.enqueueLocked(w)
+		g.enqueueLocked(w, false)
 		g.mu.Unlock()
 		testHooks.beforeWait = func() {
 			grant()
@@ -507,7 +507,7 @@ func TestWaiterTimerReuse(t *testing.T) {
 		// Granted; the timer fires just after the wait took the grant.
 		g.held = 1
 		g.mu.Lock()
-		g.enqueueLocked(w)
+		g.enqueueLocked(w, false)
 		g.mu.Unlock()
 		// The timer gets 50 ms, so that a loaded machine that deschedules
 		// the wait between arming it and looking does not fire it first.
@@ -1100,10 +1100,10 @@ func TestWaitQueueTickets(t *testing.T) {
 	// failed its check does.
 	again := func(name string, ticket uint64) {
 		w(name).ticket = ticket
-		q.pushAgain(w(name))
+		q.push(w(name), true)
 	}
 	for _, name := range []string{"w1", "w2", "w3", "w4"} {
-		q.pushBack(w(name))
+		q.push(w(name), false)
 	}
 	t1, t2, t3 := w("w1").ticket, w("w2").ticket, w("w3").ticket
 	require.Less(t, t1, t2)
@@ -1119,13 +1119,13 @@ func TestWaitQueueTickets(t *testing.T) {
 	assert.Equal(t, []string{"n0", "w1", "w2", "w3", "w4"}, order())
 	q.remove(w("w4")) // the tail
 	q.remove(w("w1")) // in the middle
-	q.pushBack(w("w5"))
+	q.push(w("w5"), false)
 	again("w1", t1)
 	assert.Equal(t, []string{"n0", "w1", "w2", "w3", "w5"}, order())
 	for _, name := range []string{"n0", "w1", "w2", "w3", "w5"} {
 		q.remove(w(name))
 	}
 	again("w2", t2) // into an empty queue
-	q.pushBack(w("w6"))
+	q.push(w("w6"), false)
 	assert.Equal(t, []string{"w2", "w6"}, order())
 }

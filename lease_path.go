@@ -195,17 +195,10 @@ func (p *Pool[T]) refused(ctx context.Context, a admission) (Lease[T], error) {
 		return p.leaseFailed(ctx, errClosed, p.errClosed)
 	case refusedCanceled:
 		return p.leaseFailed(ctx, errCanceled, ctx.Err())
-	case refusedInUse:
-		return p.leaseFailed(ctx, errExhausted, p.g.exhausted().inUse)
-	case refusedCreating:
-		return p.leaseFailed(ctx, errExhausted, p.g.exhausted().creating)
-	case refusedQueueFull:
-		return p.leaseFailed(ctx, errExhausted, p.g.exhausted().queueFull)
 	case refusedDown:
 		return p.leaseFailed(ctx, errDown, p.mk.backendDown())
-	default:
-		return p.leaseFailed(ctx, errExhausted, p.g.exhausted().queue)
 	}
+	return p.leaseFailed(ctx, errExhausted, p.g.refusal(a))
 }
 
 // wait waits, within what is left of LeaseTimeout, for w's permit, or fails the lease.

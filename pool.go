@@ -351,19 +351,20 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 	return nil
 }
 
-// exhaustedErrs are a refused lease's errors: every item in use, others
-// waiting already (TryLease), or MaxQueuedLeases waiting already (Lease).
-// Made with the size they name and kept by the gate beside it, so that a
-// failing lease allocates nothing.
-type exhaustedErrs struct{ inUse, creating, queue, queueFull error }
+// exhaustedErrs are the errors of leases refused for want of room, by
+// admission: for TryLease, every item in use, no turn to create, or others
+// waiting already; for Lease, MaxQueuedLeases waiting already. Made with the
+// size they name and kept by the gate beside it, so that a failing lease
+// allocates nothing.
+type exhaustedErrs [numAdmissions]error
 
 // exhaustedFor makes the errors of a pool with the options o and MaxSize size.
 func exhaustedFor[T any](o *Options[T], size int) *exhaustedErrs {
 	return &exhaustedErrs{
-		inUse:    fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, o.Name, size),
-		creating: fmt.Errorf("%w: pool %q: no item is idle, and MaxConcurrentCreates (%d) items are being created", ErrExhausted, o.Name, o.MaxConcurrentCreates),
-		queue:    fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, o.Name, size),
-		queueFull: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d) and MaxQueuedLeases (%d) leases are waiting already",
+		refusedInUse:    fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, o.Name, size),
+		refusedCreating: fmt.Errorf("%w: pool %q: no item is idle, and MaxConcurrentCreates (%d) items are being created", ErrExhausted, o.Name, o.MaxConcurrentCreates),
+		refusedQueue:    fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, o.Name, size),
+		refusedQueueFull: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d) and MaxQueuedLeases (%d) leases are waiting already",
 			ErrExhausted, o.Name, size, o.MaxQueuedLeases),
 	}
 }

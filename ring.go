@@ -2,6 +2,7 @@ package pool
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 )
@@ -62,7 +63,7 @@ type slot[T any] struct {
 
 type slotCounters struct {
 	leases   atomic.Uint64 // leases completed on this processor: see countLease
-	waits    atomic.Uint64 // leases that queued on this processor: see countWait
+	waits    atomic.Uint64 // leases whose wait ended on this processor: see countWait
 	waitTime atomic.Int64
 }
 
@@ -83,10 +84,8 @@ type slotsHeader struct {
 	// era counts Clears: an entry of an older era is retired instead of
 	// lent or made idle again. Here, as every lease reads this line anyway.
 	era atomic.Uint64
-	// overflow*: for processors past the row's end (see countLease).
-	overflowLeases   atomic.Uint64
-	overflowWaits    atomic.Uint64
-	overflowWaitTime atomic.Int64
+	// overflowLeases: for processors past the row's end (see countLease).
+	overflowLeases atomic.Uint64
 }
 
 // init makes a slot per processor (shared, slower, if GOMAXPROCS grows).
@@ -117,23 +116,13 @@ func (r *slots[T]) countLease(pid int) (k uint64) {
 	return c.Add(1) - 1
 }
 
-// countWait counts a wait as countLease counts a lease.
+// countWait counts a wait in the slot of the processor it ended on, by
+// atomic adds: off the fast path, it need not share countLease's care.
 func (r *slots[T]) countWait(waited int64) {
-	pid := procPin()
-	defer procUnpin()
-	switch {
-	case !pinsProcessor:
-		s := &r.s[pid&r.mask]
-		s.waits.Add(1)
-		s.waitTime.Add(waited)
-	case pid <= r.mask:
-		s := &r.s[pid]
-		s.waits.Store(s.waits.Load() + 1)
-		s.waitTime.Store(s.waitTime.Load() + waited)
-	default:
-		r.overflowWaits.Add(1)
-		r.overflowWaitTime.Add(waited)
-	}
+	s := &r.s[procPin()&r.mask]
+	procUnpin()
+	s.waits.Add(1)
+	s.waitTime.Add(waited)
 }
 
 // take is written out in Pool.lease, and park's fast path in Pool.release
@@ -185,82 +174,38 @@ func (r *slots[T]) scan() (sums slotSums) {
 		sums.waitTime += s.waitTime.Load()
 	}
 	sums.leases += r.overflowLeases.Load()
-	sums.waits += r.overflowWaits.Load()
-	sums.waitTime += r.overflowWaitTime.Load()
 	return sums
 }
 
-// idleQueue, the ring's queue, is a circular buffer guarded by gate.mu. Items
-// join at the tail and leases take the newest, so items beyond the load's
-// need stay at the head long enough to expire (expiry.go); Close, Clear and
-// a shrink drain from the head. It keeps no reference to an entry it gave
-// out: a leased entry must be reachable only from its Lease handles, so the
-// garbage collector can find a lease dropped unreleased.
-type idleQueue[T any] struct {
-	buf  []*entry[T] // len(buf) is a power of two, or zero before first use
-	head int         // index of the oldest entry
-	n    int
-}
+// idleQueue, the ring's queue, holds the idle entries oldest first, under
+// gate.mu. Items join at the tail and leases take the newest, so items beyond
+// the load's need stay at the head long enough to expire (expiry.go); Close,
+// Clear and a shrink take from the head. It keeps no reference to an entry it
+// gave out (slices.Delete and DeleteFunc clear the cells they vacate): a
+// leased entry must be reachable only from its Lease handles, so the garbage
+// collector can find a lease dropped unreleased.
+type idleQueue[T any] []*entry[T]
 
-func (q *idleQueue[T]) len() int { return q.n }
-
-func (q *idleQueue[T]) push(e *entry[T]) {
-	if q.n == len(q.buf) {
-		q.grow()
-	}
-	q.buf[(q.head+q.n)&(len(q.buf)-1)] = e
-	q.n++
-}
-
-// pop removes and returns the oldest entry, or nil.
-func (q *idleQueue[T]) pop() *entry[T] {
-	if q.n == 0 {
-		return nil
-	}
-	e := q.buf[q.head]
-	q.buf[q.head] = nil // the queue keeps no reference to an entry it gave out
-	q.head = (q.head + 1) & (len(q.buf) - 1)
-	q.n--
-	return e
-}
-
-// filter removes the entries drop reports true for, keeping order.
-func (q *idleQueue[T]) filter(drop func(*entry[T]) bool) {
-	mask := len(q.buf) - 1
-	kept := 0
-	for i := range q.n {
-		at := (q.head + i) & mask
-		e := q.buf[at]
-		q.buf[at] = nil
-		if !drop(e) {
-			q.buf[(q.head+kept)&mask] = e
-			kept++
-		}
-	}
-	q.n = kept
-}
+func (q *idleQueue[T]) push(e *entry[T]) { *q = append(*q, e) }
 
 // popNewest removes and returns the newest entry, or nil.
 func (q *idleQueue[T]) popNewest() *entry[T] {
-	if q.n == 0 {
+	n := len(*q) - 1
+	if n < 0 {
 		return nil
 	}
-	q.n--
-	at := (q.head + q.n) & (len(q.buf) - 1)
-	e := q.buf[at]
-	q.buf[at] = nil
+	e := (*q)[n]
+	*q = slices.Delete(*q, n, n+1)
 	return e
 }
 
-// grow doubles the buffer: MaxSize may be large and mostly unused.
-func (q *idleQueue[T]) grow() {
-	size := 2 * len(q.buf)
-	if size == 0 {
-		size = 8
-	}
-	buf := make([]*entry[T], size)
-	for i := 0; i < q.n; i++ {
-		buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
-	}
-	q.buf, q.head = buf, 0
+// popOldest appends up to n of the oldest entries to es, removing them.
+func (q *idleQueue[T]) popOldest(es []*entry[T], n int) []*entry[T] {
+	n = max(min(n, len(*q)), 0)
+	es = append(es, (*q)[:n]...)
+	*q = slices.Delete(*q, 0, n)
+	return es
 }
+
+// filter removes the entries drop reports true for, keeping order.
+func (q *idleQueue[T]) filter(drop func(*entry[T]) bool) { *q = slices.DeleteFunc(*q, drop) }

@@ -36,22 +36,19 @@ func TestRingQueueIsFIFOAcrossGrowth(t *testing.T) {
 	for i := range es {
 		es[i] = &entry[int]{value: i}
 	}
-	// Wrap the head around before growing, so grow must unroll it.
+	// Take from the head before growing, so the growth must keep the order.
 	for _, e := range es[:6] {
 		q.push(e)
 	}
-	for i := range 4 {
-		assert.Same(t, es[i], q.pop())
-	}
+	assert.Equal(t, es[:4], q.popOldest(nil, 4))
 	for _, e := range es[6:] {
 		q.push(e)
 	}
-	assert.Equal(t, 16, q.len())
-	for i := 4; i < len(es); i++ {
-		assert.Same(t, es[i], q.pop(), "oldest first")
-	}
-	assert.Nil(t, q.pop())
-	for i, e := range q.buf {
+	assert.Equal(t, 16, len(q))
+	assert.Same(t, es[19], q.popNewest(), "leases take the newest")
+	assert.Equal(t, es[4:19], q.popOldest(nil, 100), "oldest first, as far as there are")
+	assert.Nil(t, q.popNewest())
+	for i, e := range q[:cap(q)] {
 		assert.Nil(t, e, "slot %d still references an entry given out", i)
 	}
 }
@@ -96,10 +93,10 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		w := newWaiter()
 		s := rgMine(&g.slots)
 		g.lock()
-		_, ok := g.acquireLocked() // the lease looks: no permit, nothing idle
-		require.False(t, ok)
+		_, a := g.acquireLocked(mayWait, true) // the lease looks: no permit, nothing idle
+		require.Equal(t, queued, a)
 		require.True(t, s.e.CompareAndSwap(nil, e)) // the release parks ...
-		g.enqueueLocked(w)                          // ... as the lease queues
+		g.enqueueLocked(w, false)                   // ... as the lease queues
 		g.unlock()
 		assert.True(t, g.slots.confirm(s, e), "the release finds its item gone: nothing left to do")
 		assert.Same(t, e, rgGranted(t, w), "queueing stole the parked item for the waiter")
@@ -114,7 +111,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 		g, e := rgGate()
 		w := newWaiter()
 		g.lock()
-		g.enqueueLocked(w) // the lease queues; bypass comes on
+		g.enqueueLocked(w, false) // the lease queues; bypass comes on
 		g.unlock()
 		require.True(t, g.slots.bypass.Load())
 		s := rgMine(&g.slots)
@@ -130,7 +127,7 @@ func TestRingParkRacingAWaiterReachesIt(t *testing.T) {
 	t.Run("a release with bypass on does not park", func(t *testing.T) {
 		g, e := rgGate()
 		g.lock()
-		g.enqueueLocked(newWaiter())
+		g.enqueueLocked(newWaiter(), false)
 		g.unlock()
 		assert.False(t, g.slots.park(e))
 		assert.Zero(t, g.slots.scan().parked)
@@ -143,8 +140,8 @@ func TestRingLeaseStealsFromOtherSlots(t *testing.T) {
 	g, e := rgGate()
 	for i := range g.slots.s {
 		g.slots.s[i].e.Store(e)
-		got, ok := g.acquireLocked()
-		require.True(t, ok, "slot %d", i)
+		got, a := g.acquireLocked(mayWait, true)
+		require.Equal(t, admitted, a, "slot %d", i)
 		assert.Same(t, e, got, "slot %d", i)
 		assert.Equal(t, 1, g.held, "the parked item's permit came with it")
 		assert.Nil(t, g.slots.s[i].e.Load())
