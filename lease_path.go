@@ -326,7 +326,7 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTi
 	if !lt.judge {
 		return lendIt, 0, nil
 	}
-	if why, expired := p.ex.judge(e, now); expired {
+	if why, expired := p.ex.expired(e, now, p.g.items); expired {
 		return destroyIt, why, nil
 	}
 	if p.ck.due(e, now) {
