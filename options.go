@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -238,29 +239,17 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	if o.MaxSize == 0 {
 		o.MaxSize = DefaultMaxSize
 	}
-	// A typed nil in an interface would panic on use.
-	if isNil(o.MeterProvider) {
-		o.MeterProvider = nil
-	}
-	if isNil(o.Preparer) {
-		o.Preparer = nil
-	}
-	if isNil(o.Tracer) {
-		o.Tracer = nil
-	}
-	if err := o.checkCounts(); err != nil {
-		return o, err
-	}
-	v := reflect.ValueOf(o)
+	v := reflect.ValueOf(&o).Elem()
 	for i := range v.NumField() {
-		if d, ok := v.Field(i).Interface().(time.Duration); ok && d < 0 {
+		f := v.Field(i)
+		if f.Kind() == reflect.Interface && isNil(f.Interface()) {
+			f.SetZero() // a typed nil in an interface would panic on use
+		}
+		if d, ok := f.Interface().(time.Duration); ok && d < 0 {
 			return o, fmt.Errorf("%w: %s is %v, must not be negative (0 means no limit)", ErrInvalidOptions, v.Type().Field(i).Name, d)
 		}
 	}
-	if o.MaxLifetimeJitter > 0 && o.MaxLifetime == 0 {
-		return o, fmt.Errorf("%w: MaxLifetimeJitter is %v but MaxLifetime is 0: there is no lifetime to spread", ErrInvalidOptions, o.MaxLifetimeJitter)
-	}
-	return o, o.checkCreateTimeout()
+	return o, o.check()
 }
 
 // judges: an idle item may have expired or need a check before it is lent.
@@ -273,23 +262,6 @@ func (o *Options[T]) stamps() bool {
 	return o.IdleTimeout > 0 || o.MaxLifetime > 0 || o.Preparer != nil && o.CheckAfterIdle > 0
 }
 
-// checkCreateTimeout refuses options that need CreateTimeout and lack it.
-func (o Options[T]) checkCreateTimeout() error {
-	if o.CreateTimeout > 0 {
-		return nil
-	}
-	const set = `set CreateTimeout too, to the longest a healthy dial takes (for example "10s")`
-	switch {
-	case o.MaxConcurrentCreates > 0:
-		return fmt.Errorf("%w: MaxConcurrentCreates is %d but CreateTimeout is 0: a creation that never returns would keep its turn to create for good, and leases would wait behind it; %s",
-			ErrInvalidOptions, o.MaxConcurrentCreates, set)
-	case o.FailFastAfter > 0:
-		return fmt.Errorf("%w: FailFastAfter is %d but CreateTimeout is 0: a creation that never returns never fails, so a backend that stops answering would never put the pool down; %s",
-			ErrInvalidOptions, o.FailFastAfter, set)
-	}
-	return nil
-}
-
 // defaultName is Name's default: *sql.Conn gives "Conn.Pool".
 func defaultName[T any]() string {
 	t := reflect.TypeFor[T]()
@@ -300,56 +272,41 @@ func defaultName[T any]() string {
 	if name == "" {
 		name = t.String() // an unnamed type: []byte, map[string]int, ...
 	}
-	return unqualify(name) + ".Pool"
+	return qualifier.ReplaceAllString(name, "") + ".Pool"
 }
 
-// unqualify drops package paths: "Box[github.com/x/y.Item]" gives "Box[Item]".
-func unqualify(name string) string {
-	var b strings.Builder
-	start := 0
-	flush := func(end int) {
-		word := name[start:end]
-		if slash := strings.LastIndexByte(word, '/'); slash >= 0 {
-			word = word[slash+1:]
-		}
-		if dot := strings.LastIndexByte(word, '.'); dot >= 0 {
-			word = word[dot+1:]
-		}
-		b.WriteString(word)
-	}
-	for i := 0; i < len(name); i++ {
-		if strings.IndexByte("[](),* ", name[i]) >= 0 {
-			flush(i)
-			b.WriteByte(name[i])
-			start = i + 1
-		}
-	}
-	flush(len(name))
-	return b.String()
-}
+// qualifier matches a package path with its dot ("github.com/x/y." in
+// "Box[github.com/x/y.Item]"): a word's run up to its last dot or slash.
+var qualifier = regexp.MustCompile(`[^\[\](),* ]*[./]`)
 
-func (o Options[T]) checkCounts() error {
-	if o.MaxSize < 1 {
-		return fmt.Errorf("%w: MaxSize is %d, must be at least 1 (0 means %d)", ErrInvalidOptions, o.MaxSize, DefaultMaxSize)
-	}
-	if o.MinSize < 0 || o.MinSize > o.MaxSize {
-		return fmt.Errorf("%w: MinSize is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinSize, o.MaxSize)
-	}
-	if o.MinIdle < 0 || o.MinIdle > o.MaxSize {
-		return fmt.Errorf("%w: MinIdle is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinIdle, o.MaxSize)
-	}
-	for _, f := range []struct {
+// check refuses a count out of its range, and a field set without another
+// it needs.
+func (o Options[T]) check() error {
+	const none = ", must not be negative (0 means no limit)"
+	const hangs = " but CreateTimeout is 0: a creation that never returns "
+	const set = `; set CreateTimeout too, to the longest a healthy dial takes (for example "10s")`
+	between := fmt.Sprintf(", must be between 0 and MaxSize (%d)", o.MaxSize)
+	for _, c := range []struct {
 		name string
-		n    int
-		zero string
+		v    any
+		ok   bool
+		must string // what the value must be, or why it cannot be
 	}{
-		{"MaxQueuedLeases", o.MaxQueuedLeases, "no limit"},
-		{"MaxConcurrentCreates", o.MaxConcurrentCreates, "no limit"},
-		{"FailFastAfter", o.FailFastAfter, "never down"},
-		{"MaxUses", o.MaxUses, "no limit"},
+		{"MaxSize", o.MaxSize, o.MaxSize >= 1, fmt.Sprintf(", must be at least 1 (0 means %d)", DefaultMaxSize)},
+		{"MinSize", o.MinSize, 0 <= o.MinSize && o.MinSize <= o.MaxSize, between},
+		{"MinIdle", o.MinIdle, 0 <= o.MinIdle && o.MinIdle <= o.MaxSize, between},
+		{"MaxQueuedLeases", o.MaxQueuedLeases, o.MaxQueuedLeases >= 0, none},
+		{"MaxConcurrentCreates", o.MaxConcurrentCreates, o.MaxConcurrentCreates >= 0, none},
+		{"FailFastAfter", o.FailFastAfter, o.FailFastAfter >= 0, ", must not be negative (0 means never down)"},
+		{"MaxUses", o.MaxUses, o.MaxUses >= 0, none},
+		{"MaxLifetimeJitter", o.MaxLifetimeJitter, o.MaxLifetimeJitter == 0 || o.MaxLifetime > 0, " but MaxLifetime is 0: there is no lifetime to spread"},
+		{"MaxConcurrentCreates", o.MaxConcurrentCreates, o.MaxConcurrentCreates == 0 || o.CreateTimeout > 0,
+			hangs + "would keep its turn to create for good, and leases would wait behind it" + set},
+		{"FailFastAfter", o.FailFastAfter, o.FailFastAfter == 0 || o.CreateTimeout > 0,
+			hangs + "never fails, so a backend that stops answering would never put the pool down" + set},
 	} {
-		if f.n < 0 {
-			return fmt.Errorf("%w: %s is %d, must not be negative (0 means %s)", ErrInvalidOptions, f.name, f.n, f.zero)
+		if !c.ok {
+			return fmt.Errorf("%w: %s is %v%s", ErrInvalidOptions, c.name, c.v, c.must)
 		}
 	}
 	return nil
