@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"reflect"
 	"regexp"
@@ -321,37 +320,34 @@ func configurable(f reflect.StructField) bool {
 // TestOptionsUnmarshalJSONSaysWhatEveryFieldWants fails for a kind left out.
 var wants = map[reflect.Kind]string{reflect.String: "a string", reflect.Int: "a whole number", reflect.Bool: "true or false"}
 
-// setField decodes a JSON value other than null into the configurable field f.
-func setField(f reflect.Value, raw json.RawMessage) error {
-	if d, ok := f.Addr().Interface().(*time.Duration); ok {
-		return setDuration(d, raw)
+// setField decodes a JSON value other than null into dst, a configurable
+// field; a duration as UnmarshalJSON describes.
+func setField(dst any, raw json.RawMessage) error {
+	d, ok := dst.(*time.Duration)
+	if !ok {
+		if json.Unmarshal(raw, dst) != nil {
+			return fmt.Errorf("want %s, got %s", wants[reflect.TypeOf(dst).Elem().Kind()], shown(raw))
+		}
+		return nil
 	}
-	if json.Unmarshal(raw, f.Addr().Interface()) != nil {
-		return wantGot(wants[f.Kind()], raw)
-	}
-	return nil
-}
-
-// setDuration decodes a duration as UnmarshalJSON describes.
-func setDuration(dst *time.Duration, raw json.RawMessage) error {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		d, err := time.ParseDuration(s)
+		v, err := time.ParseDuration(s)
 		if err != nil {
-			return wantGot(wantDuration, raw)
+			return fmt.Errorf("want %s, got %s", wantDuration, shown(raw))
 		}
-		if d == 0 && strings.ContainsAny(s, "123456789") {
+		if v == 0 && strings.ContainsAny(s, "123456789") {
 			return fmt.Errorf("%s rounds to 0, which means no limit; write \"0s\" for that, or a duration of at least 1ns", shown(raw))
 		}
-		*dst = d
+		*d = v
 		return nil
 	}
 	num := string(bytes.TrimSpace(raw))
 	if _, err := strconv.ParseFloat(num, 64); err != nil && !errors.Is(err, strconv.ErrRange) {
-		return wantGot(wantDuration, raw) // not a number either
+		return fmt.Errorf("want %s, got %s", wantDuration, shown(raw)) // not a number either
 	}
 	if mantissa, _, _ := strings.Cut(strings.ToLower(num), "e"); !strings.ContainsAny(mantissa, "123456789") {
-		*dst = 0 // 0, 0.0, -0, 0e9: no limit, whatever the unit
+		*d = 0 // 0, 0.0, -0, 0e9: no limit, whatever the unit
 		return nil
 	}
 	hint := ""
@@ -364,10 +360,6 @@ func setDuration(dst *time.Duration, raw json.RawMessage) error {
 const wantDuration = `a duration such as "30s" or "1m30s"`
 
 const maxShown = 40
-
-func wantGot(want string, raw []byte) error {
-	return fmt.Errorf("want %s, got %s", want, shown(raw))
-}
 
 // shown is raw as an error quotes it: trimmed, and cut to maxShown runes.
 func shown(raw []byte) string {
@@ -395,38 +387,27 @@ func shown(raw []byte) string {
 //	pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)
 //	pool: invalid options: LeaseTimeout: want a duration string such as "30s", got the bare number 30: durations need a unit ("30s" for 30 seconds, "30ms" for milliseconds)
 func (o *Options[T]) UnmarshalJSON(data []byte) error {
+	if err := json.Unmarshal(data, new(json.RawMessage)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err) // not JSON
+	}
 	next := *o
 	fields := reflect.ValueOf(&next).Elem()
 	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-	}
-	switch tok {
-	case nil: // null: nothing to change
+	switch tok, _ := dec.Token(); tok {
+	case nil:
+		return nil // null: nothing to change
 	case json.Delim('{'):
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-			}
-			key, _ := tok.(string) // inside an object, a key
-			var raw json.RawMessage
-			if err := dec.Decode(&raw); err != nil {
-				return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, key, err)
-			}
-			if err := setKey(fields, key, raw); err != nil {
-				return err
-			}
-		}
-		if _, err := dec.Token(); err != nil { // the closing brace
-			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-		}
 	default:
 		return fmt.Errorf("%w: want a JSON object such as {\"MaxSize\": 20}, got %s", ErrInvalidOptions, shown(data))
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: more data after the options", ErrInvalidOptions)
+	for dec.More() {
+		// Valid JSON, checked above: Token gives a key, Decode its value.
+		key, _ := dec.Token()
+		var raw json.RawMessage
+		_ = dec.Decode(&raw)
+		if err := setKey(fields, key.(string), raw); err != nil {
+			return err
+		}
 	}
 	*o = next
 	return nil
@@ -447,7 +428,7 @@ func setKey(fields reflect.Value, key string, raw json.RawMessage) error {
 	case !configurable(f):
 		return fmt.Errorf("%w: %s can only be set in code, not from configuration", ErrInvalidOptions, f.Name)
 	}
-	if err := setField(fields.FieldByIndex(f.Index), raw); err != nil {
+	if err := setField(fields.FieldByIndex(f.Index).Addr().Interface(), raw); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, f.Name, err)
 	}
 	return nil
@@ -469,9 +450,6 @@ func nearestKey(t reflect.Type, key string) string {
 // ("MaxSzie" is one edit from "MaxSize"), capped at limit.
 func editDistance(a, b string, limit int) int {
 	s, t := []rune(strings.ToLower(a)), []rune(strings.ToLower(b))
-	if n := len(s) - len(t); n >= limit || -n >= limit {
-		return limit
-	}
 	// d[i][j] is the distance between s[:i] and t[:j].
 	d := make([][]int, len(s)+1)
 	for i := range d {
@@ -499,8 +477,7 @@ func editDistance(a, b string, limit int) int {
 // MarshalJSON encodes the configurable fields of o in declaration order, in
 // the form UnmarshalJSON reads; an empty Name is left out.
 func (o Options[T]) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
+	b := []byte{'{'}
 	v := reflect.ValueOf(o)
 	for i := range v.NumField() {
 		f, value := v.Type().Field(i), v.Field(i).Interface()
@@ -514,12 +491,10 @@ func (o Options[T]) MarshalJSON() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b.Len() > 1 {
-			b.WriteByte(',')
+		if len(b) > 1 {
+			b = append(b, ',')
 		}
-		fmt.Fprintf(&b, "%q:", f.Name)
-		b.Write(js)
+		b = fmt.Appendf(b, "%q:%s", f.Name, js)
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return append(b, '}'), nil
 }
