@@ -210,7 +210,7 @@ func (m *maker[T]) adopt(c *creation[T]) {
 	if c.panicked || c.err != nil {
 		err := c.err
 		if c.panicked {
-			err = fmt.Errorf("pool %q: create item: the factory panicked: %w", m.name, asError(c.panicVal))
+			err = fmt.Errorf("pool %q: create item: the factory panicked: %w", m.name, c.panicVal.(error))
 		}
 		m.ob.warn("a creation whose lease gave up failed", err)
 		m.g.free()
@@ -310,7 +310,7 @@ func (m *maker[T]) createIdle(who string) (ok bool) {
 	defer func() {
 		if e == nil {
 			if v := recover(); v != nil {
-				m.ob.warn(who+": create item", fmt.Errorf("pool %q: create item: the factory panicked: %w", m.name, asError(newPanicError(v))))
+				m.ob.warn(who+": create item", fmt.Errorf("pool %q: create item: the factory panicked: %w", m.name, newPanicError(v)))
 			}
 			m.g.free()
 		}

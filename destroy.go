@@ -50,8 +50,7 @@ func (r reason) String() string { return reasonNames[r] }
 
 // later destroys e, whose permit the caller holds, for why, without
 // waiting. From this call on, e is no lease and no leak. A failed or
-// panicking Destroy is logged and counted, in b too if not nil (its error
-// kept if b keeps errors).
+// panicking Destroy is logged and counted, in b too if not nil.
 func (d *destroyer[T]) later(e *entry[T], why reason, b *destroyBatch) {
 	d.g.toDestroy()
 	d.taken(e, why, b)
@@ -60,85 +59,63 @@ func (d *destroyer[T]) later(e *entry[T], why reason, b *destroyBatch) {
 // taken is later for an item the gate has counted as dying already.
 func (d *destroyer[T]) taken(e *entry[T], why reason, b *destroyBatch) {
 	d.ob.forget(e)
-	if b != nil {
-		b.pending.Add(1)
-	}
 	go d.run(e, why, b)
 }
 
-// destroyBatch: destructions someone waits for: Close and New after a
-// failed seeding, which keep the errors, and Clear's refill.
+// destroyBatch: destructions someone waits for, all known when they start:
+// Close's and New's after a failed seeding, which return the errors, and
+// Clear's, which its refill waits for.
 type destroyBatch struct {
-	keep    bool         // keep the errors, for the caller to return them too
-	pending atomic.Int32 // Destroy calls not ended yet
 	mu      sync.Mutex
-	errs    []error
-	done    chan struct{} // closed by close once pending is 0 and sealed
-	sealed  bool
+	pending int           // Destroy calls not ended yet
+	errs    []error       // complete once done is closed
+	done    chan struct{} // closed when pending reaches 0
 }
 
-func newDestroyBatch(keep bool) *destroyBatch {
-	return &destroyBatch{keep: keep, done: make(chan struct{})}
+// batch destroys es as taken does, as one batch.
+func (d *destroyer[T]) batch(es []*entry[T], why reason) *destroyBatch {
+	b := &destroyBatch{pending: len(es), done: make(chan struct{})}
+	if len(es) == 0 {
+		close(b.done)
+	}
+	for _, e := range es {
+		d.taken(e, why, b)
+	}
+	return b
 }
 
-// ended counts one Destroy of the batch ended, keeping err if b keeps errors.
+// ended counts one Destroy of the batch ended, with its error.
 func (b *destroyBatch) ended(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err != nil && b.keep {
+	if err != nil {
 		b.errs = append(b.errs, err)
 	}
-	if b.pending.Add(-1) == 0 && b.sealed {
+	b.pending--
+	if b.pending == 0 {
 		close(b.done)
 	}
-}
-
-// seal completes the batch: done closes once every Destroy of it has ended.
-func (b *destroyBatch) seal() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.sealed = true
-	if b.pending.Load() == 0 {
-		close(b.done)
-	}
-	return b.done
-}
-
-func (b *destroyBatch) join() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return errors.Join(b.errs...)
 }
 
 // all destroys the items the gate took out, as taken does, and returns the
 // joined errors (a panic's with its stack) once each Destroy returned or timed
 // out; if ctx ends first, werr is ctx.Err() and they go on (errors logged).
 func (d *destroyer[T]) all(ctx context.Context, es []*entry[T], why reason) (err, werr error) {
-	b := newDestroyBatch(true)
-	for _, e := range es {
-		d.taken(e, why, b)
-	}
-	if werr = awaitOr(ctx, b.seal()); werr != nil {
+	b := d.batch(es, why)
+	if werr = awaitOr(ctx, b.done); werr != nil {
 		return nil, werr
 	}
-	return b.join(), nil
+	return errors.Join(b.errs...), nil
 }
-
-// A Destroy call's states: running until finished or timedOut, once.
-const (
-	destroyRunning int32 = iota
-	destroyFinished
-	destroyTimedOut
-)
 
 // run calls Destroy on e and ends the destruction (end) at its return,
 // panic or Goexit, or at DestroyTimeout first, leaving Destroy to finish.
 func (d *destroyer[T]) run(e *entry[T], why reason, b *destroyBatch) {
-	var state atomic.Int32
+	var ended atomic.Bool // by Destroy's end or the timeout, whichever is first
 	if d.timeout > 0 {
 		t := time.AfterFunc(d.timeout, func() {
-			if state.CompareAndSwap(destroyRunning, destroyTimedOut) {
-				d.end(why, fmt.Errorf("pool %q: destroy item: %w (%v); its place under MaxSize is free again", d.name, errDestroyTimeout, d.timeout), b)
+			if !ended.Swap(true) {
+				d.end(why, fmt.Errorf("%w (%v); its place under MaxSize is free again", errDestroyTimeout, d.timeout), b)
 			}
 		})
 		defer t.Stop()
@@ -146,22 +123,18 @@ func (d *destroyer[T]) run(e *entry[T], why reason, b *destroyBatch) {
 	err := errDestroyGoexit // until Destroy returns: what a Goexit leaves
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("pool %q: destroy item: Destroy panicked: %w", d.name, asError(newPanicError(v)))
+			err = fmt.Errorf("panic in Destroy: %w", newPanicError(v))
 		}
-		if state.CompareAndSwap(destroyRunning, destroyFinished) {
+		if !ended.Swap(true) {
 			d.end(why, err, b)
 		}
 	}()
-	if derr := d.destroy(e.value); derr != nil {
-		err = fmt.Errorf("pool %q: destroy item: %w", d.name, derr)
-	} else {
-		err = nil
-	}
+	err = d.destroy(e.value)
 }
 
 var (
 	// errDestroyGoexit is the error of a Destroy that called runtime.Goexit.
-	errDestroyGoexit = errors.New("pool: destroy item: Destroy called runtime.Goexit")
+	errDestroyGoexit = errors.New("runtime.Goexit in Destroy")
 	// errDestroyTimeout is the error of a Destroy that outlasted DestroyTimeout.
 	errDestroyTimeout = errors.New("no return from Destroy within DestroyTimeout")
 )
@@ -171,6 +144,7 @@ var (
 func (d *destroyer[T]) end(why reason, err error, b *destroyBatch) {
 	d.ob.destroyed(why, err != nil)
 	if err != nil {
+		err = fmt.Errorf("pool %q: destroy item: %w", d.name, err)
 		d.ob.warn("destroy item", err)
 	}
 	d.g.destroyed()

@@ -102,13 +102,6 @@ func (o *ownCtx) Is(target error) bool {
 
 func (o *ownCtx) As(target any) bool { return errors.As(o.err, target) }
 
-func asError(v any) error {
-	if err, ok := v.(error); ok {
-		return err
-	}
-	return fmt.Errorf("%v", v)
-}
-
 // unprefixed is err without its `pool "name": ` prefix, which the record's
 // pool.name says already; it unwraps to err.
 type unprefixed struct {

@@ -27,25 +27,14 @@ type expiry[T any] struct {
 	ds *destroyer[T]
 }
 
-// expired says whether, and why, an idle item has expired.
-func (x *expiry[T]) expired(e *entry[T], now int64) (reason, bool) {
+// expired says whether, and why, an idle item has expired by now: not when
+// only idle too long while floor or fewer items exist (items counts them).
+func (x *expiry[T]) expired(e *entry[T], now int64, items func() int) (reason, bool) {
 	if now > e.deadline {
 		return reasonLifetime, true
 	}
-	if x.idleTimeout > 0 && now-e.idleAt > x.idleTimeout {
-		return reasonIdle, true
-	}
-	return 0, false
-}
-
-// judge says whether an idle item a lease met has expired by now, and why:
-// not when only idle too long while the upkeep keeps the floor.
-func (x *expiry[T]) judge(e *entry[T], now int64) (reason, bool) {
-	why, gone := x.expired(e, now)
-	if gone && why == reasonIdle && x.floor > 0 && x.g.items() <= x.floor {
-		return 0, false
-	}
-	return why, gone
+	idle := x.idleTimeout > 0 && now-e.idleAt > x.idleTimeout
+	return reasonIdle, idle && (x.floor == 0 || items() > x.floor)
 }
 
 // minSweepEvery bounds how often idle items are swept, whatever the limits.
@@ -53,37 +42,28 @@ const minSweepEvery = int64(time.Millisecond)
 
 // sweepPeriod is the sweeps' period for these limits; 0 when neither is set.
 func sweepPeriod(idleTimeout, maxLifetime time.Duration) int64 {
-	limit := int64(0)
-	for _, d := range []time.Duration{idleTimeout, maxLifetime} {
-		if d > 0 && (limit == 0 || int64(d) < limit) {
-			limit = int64(d)
-		}
+	limit := idleTimeout
+	if limit == 0 || maxLifetime > 0 && maxLifetime < limit {
+		limit = maxLifetime
 	}
 	if limit == 0 {
 		return 0
 	}
-	return max(limit/2, minSweepEvery)
+	return max(int64(limit)/2, minSweepEvery)
 }
 
 // deadline is the clock past which an item created at now has outlived
-// MaxLifetime plus its jitter, drawn here; it saturates, never expiring.
+// MaxLifetime plus its jitter, drawn here; never (math.MaxInt64) without
+// MaxLifetime or past the clock's range.
 func (x *expiry[T]) deadline(now int64) int64 {
-	if x.lifetime == 0 {
-		return math.MaxInt64
-	}
 	life := x.lifetime
 	if x.jitter > 0 {
-		life = addSaturating(life, rand.Int64N(x.jitter))
+		life += rand.Int64N(x.jitter)
 	}
-	return addSaturating(now, life)
-}
-
-// addSaturating returns a + b for b >= 0, saturating at math.MaxInt64.
-func addSaturating(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
+	if life > 0 && now+life > now { // false when a sum wraps around
+		return now + life
 	}
-	return a + b
+	return math.MaxInt64
 }
 
 // sweepIfDue: of the callers that find a sweep due, exactly one sweeps.
@@ -101,12 +81,11 @@ func (x *expiry[T]) sweep(now int64) {
 	}
 	var whys []reason
 	es := x.g.takeWhere(func(e *entry[T], items int) bool {
-		why, gone := x.expired(e, now)
-		if !gone || why == reasonIdle && items <= x.floor {
-			return false // an item only idle too long stays while floor or fewer exist
+		why, gone := x.expired(e, now, func() int { return items })
+		if gone {
+			whys = append(whys, why)
 		}
-		whys = append(whys, why)
-		return true
+		return gone
 	})
 	for i, e := range es {
 		x.ds.taken(e, whys[i], nil)

@@ -40,11 +40,8 @@ func closeItem[T any](item T) error {
 
 // isNil: v is nil or a typed nil, which must not be taken for a value.
 func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
 	rv := reflect.ValueOf(v)
-	return canBeNil(rv.Type()) && rv.IsNil()
+	return !rv.IsValid() || canBeNil(rv.Type()) && rv.IsNil()
 }
 
 func canBeNil(t reflect.Type) bool {

@@ -283,7 +283,7 @@ func (k *keeper[T]) checkOne(p *Pool[T], e *entry[T]) (err error) {
 			return
 		}
 		if v := recover(); v != nil {
-			err = asError(newPanicError(v))
+			err = newPanicError(v)
 		}
 		why := reasonPrepare
 		if k.done.Err() != nil {

@@ -271,7 +271,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_
 	if !lt.judge {
 		return e, 0, 0, nil
 	}
-	if why, expired := p.ex.judge(e, now); expired {
+	if why, expired := p.ex.expired(e, now, p.g.items); expired {
 		return e, 0, why, errAnotherPermit
 	}
 	if p.ck.due(e, now) {

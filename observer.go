@@ -453,7 +453,7 @@ func (o *observer[T]) reportedEnded(e *entry[T], gen uint64, at int64) {
 func (o *observer[T]) callOnLeak(on func(LeakReport), r LeakReport) {
 	defer func() {
 		if v := recover(); v != nil {
-			o.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", o.name, asError(newPanicError(v))))
+			o.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", o.name, newPanicError(v)))
 		}
 	}()
 	on(r)

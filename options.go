@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -238,29 +238,17 @@ func (o Options[T]) withDefaults() (Options[T], error) {
 	if o.MaxSize == 0 {
 		o.MaxSize = DefaultMaxSize
 	}
-	// A typed nil in an interface would panic on use.
-	if isNil(o.MeterProvider) {
-		o.MeterProvider = nil
-	}
-	if isNil(o.Preparer) {
-		o.Preparer = nil
-	}
-	if isNil(o.Tracer) {
-		o.Tracer = nil
-	}
-	if err := o.checkCounts(); err != nil {
-		return o, err
-	}
-	v := reflect.ValueOf(o)
+	v := reflect.ValueOf(&o).Elem()
 	for i := range v.NumField() {
-		if d, ok := v.Field(i).Interface().(time.Duration); ok && d < 0 {
+		f := v.Field(i)
+		if f.Kind() == reflect.Interface && isNil(f.Interface()) {
+			f.SetZero() // a typed nil in an interface would panic on use
+		}
+		if d, ok := f.Interface().(time.Duration); ok && d < 0 {
 			return o, fmt.Errorf("%w: %s is %v, must not be negative (0 means no limit)", ErrInvalidOptions, v.Type().Field(i).Name, d)
 		}
 	}
-	if o.MaxLifetimeJitter > 0 && o.MaxLifetime == 0 {
-		return o, fmt.Errorf("%w: MaxLifetimeJitter is %v but MaxLifetime is 0: there is no lifetime to spread", ErrInvalidOptions, o.MaxLifetimeJitter)
-	}
-	return o, o.checkCreateTimeout()
+	return o, o.check()
 }
 
 // judges: an idle item may have expired or need a check before it is lent.
@@ -273,23 +261,6 @@ func (o *Options[T]) stamps() bool {
 	return o.IdleTimeout > 0 || o.MaxLifetime > 0 || o.Preparer != nil && o.CheckAfterIdle > 0
 }
 
-// checkCreateTimeout refuses options that need CreateTimeout and lack it.
-func (o Options[T]) checkCreateTimeout() error {
-	if o.CreateTimeout > 0 {
-		return nil
-	}
-	const set = `set CreateTimeout too, to the longest a healthy dial takes (for example "10s")`
-	switch {
-	case o.MaxConcurrentCreates > 0:
-		return fmt.Errorf("%w: MaxConcurrentCreates is %d but CreateTimeout is 0: a creation that never returns would keep its turn to create for good, and leases would wait behind it; %s",
-			ErrInvalidOptions, o.MaxConcurrentCreates, set)
-	case o.FailFastAfter > 0:
-		return fmt.Errorf("%w: FailFastAfter is %d but CreateTimeout is 0: a creation that never returns never fails, so a backend that stops answering would never put the pool down; %s",
-			ErrInvalidOptions, o.FailFastAfter, set)
-	}
-	return nil
-}
-
 // defaultName is Name's default: *sql.Conn gives "Conn.Pool".
 func defaultName[T any]() string {
 	t := reflect.TypeFor[T]()
@@ -300,56 +271,41 @@ func defaultName[T any]() string {
 	if name == "" {
 		name = t.String() // an unnamed type: []byte, map[string]int, ...
 	}
-	return unqualify(name) + ".Pool"
+	return qualifier.ReplaceAllString(name, "") + ".Pool"
 }
 
-// unqualify drops package paths: "Box[github.com/x/y.Item]" gives "Box[Item]".
-func unqualify(name string) string {
-	var b strings.Builder
-	start := 0
-	flush := func(end int) {
-		word := name[start:end]
-		if slash := strings.LastIndexByte(word, '/'); slash >= 0 {
-			word = word[slash+1:]
-		}
-		if dot := strings.LastIndexByte(word, '.'); dot >= 0 {
-			word = word[dot+1:]
-		}
-		b.WriteString(word)
-	}
-	for i := 0; i < len(name); i++ {
-		if strings.IndexByte("[](),* ", name[i]) >= 0 {
-			flush(i)
-			b.WriteByte(name[i])
-			start = i + 1
-		}
-	}
-	flush(len(name))
-	return b.String()
-}
+// qualifier matches a package path with its dot ("github.com/x/y." in
+// "Box[github.com/x/y.Item]"): a word's run up to its last dot or slash.
+var qualifier = regexp.MustCompile(`[^\[\](),* ]*[./]`)
 
-func (o Options[T]) checkCounts() error {
-	if o.MaxSize < 1 {
-		return fmt.Errorf("%w: MaxSize is %d, must be at least 1 (0 means %d)", ErrInvalidOptions, o.MaxSize, DefaultMaxSize)
-	}
-	if o.MinSize < 0 || o.MinSize > o.MaxSize {
-		return fmt.Errorf("%w: MinSize is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinSize, o.MaxSize)
-	}
-	if o.MinIdle < 0 || o.MinIdle > o.MaxSize {
-		return fmt.Errorf("%w: MinIdle is %d, must be between 0 and MaxSize (%d)", ErrInvalidOptions, o.MinIdle, o.MaxSize)
-	}
-	for _, f := range []struct {
+// check refuses a count out of its range, and a field set without another
+// it needs.
+func (o Options[T]) check() error {
+	const none = ", must not be negative (0 means no limit)"
+	const hangs = " but CreateTimeout is 0: a creation that never returns "
+	const set = `; set CreateTimeout too, to the longest a healthy dial takes (for example "10s")`
+	between := fmt.Sprintf(", must be between 0 and MaxSize (%d)", o.MaxSize)
+	for _, c := range []struct {
 		name string
-		n    int
-		zero string
+		v    any
+		ok   bool
+		must string // what the value must be, or why it cannot be
 	}{
-		{"MaxQueuedLeases", o.MaxQueuedLeases, "no limit"},
-		{"MaxConcurrentCreates", o.MaxConcurrentCreates, "no limit"},
-		{"FailFastAfter", o.FailFastAfter, "never down"},
-		{"MaxUses", o.MaxUses, "no limit"},
+		{"MaxSize", o.MaxSize, o.MaxSize >= 1, fmt.Sprintf(", must be at least 1 (0 means %d)", DefaultMaxSize)},
+		{"MinSize", o.MinSize, 0 <= o.MinSize && o.MinSize <= o.MaxSize, between},
+		{"MinIdle", o.MinIdle, 0 <= o.MinIdle && o.MinIdle <= o.MaxSize, between},
+		{"MaxQueuedLeases", o.MaxQueuedLeases, o.MaxQueuedLeases >= 0, none},
+		{"MaxConcurrentCreates", o.MaxConcurrentCreates, o.MaxConcurrentCreates >= 0, none},
+		{"FailFastAfter", o.FailFastAfter, o.FailFastAfter >= 0, ", must not be negative (0 means never down)"},
+		{"MaxUses", o.MaxUses, o.MaxUses >= 0, none},
+		{"MaxLifetimeJitter", o.MaxLifetimeJitter, o.MaxLifetimeJitter == 0 || o.MaxLifetime > 0, " but MaxLifetime is 0: there is no lifetime to spread"},
+		{"MaxConcurrentCreates", o.MaxConcurrentCreates, o.MaxConcurrentCreates == 0 || o.CreateTimeout > 0,
+			hangs + "would keep its turn to create for good, and leases would wait behind it" + set},
+		{"FailFastAfter", o.FailFastAfter, o.FailFastAfter == 0 || o.CreateTimeout > 0,
+			hangs + "never fails, so a backend that stops answering would never put the pool down" + set},
 	} {
-		if f.n < 0 {
-			return fmt.Errorf("%w: %s is %d, must not be negative (0 means %s)", ErrInvalidOptions, f.name, f.n, f.zero)
+		if !c.ok {
+			return fmt.Errorf("%w: %s is %v%s", ErrInvalidOptions, c.name, c.v, c.must)
 		}
 	}
 	return nil
@@ -364,37 +320,34 @@ func configurable(f reflect.StructField) bool {
 // TestOptionsUnmarshalJSONSaysWhatEveryFieldWants fails for a kind left out.
 var wants = map[reflect.Kind]string{reflect.String: "a string", reflect.Int: "a whole number", reflect.Bool: "true or false"}
 
-// setField decodes a JSON value other than null into the configurable field f.
-func setField(f reflect.Value, raw json.RawMessage) error {
-	if d, ok := f.Addr().Interface().(*time.Duration); ok {
-		return setDuration(d, raw)
+// setField decodes a JSON value other than null into dst, a configurable
+// field; a duration as UnmarshalJSON describes.
+func setField(dst any, raw json.RawMessage) error {
+	d, ok := dst.(*time.Duration)
+	if !ok {
+		if json.Unmarshal(raw, dst) != nil {
+			return fmt.Errorf("want %s, got %s", wants[reflect.TypeOf(dst).Elem().Kind()], shown(raw))
+		}
+		return nil
 	}
-	if json.Unmarshal(raw, f.Addr().Interface()) != nil {
-		return wantGot(wants[f.Kind()], raw)
-	}
-	return nil
-}
-
-// setDuration decodes a duration as UnmarshalJSON describes.
-func setDuration(dst *time.Duration, raw json.RawMessage) error {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		d, err := time.ParseDuration(s)
+		v, err := time.ParseDuration(s)
 		if err != nil {
-			return wantGot(wantDuration, raw)
+			return fmt.Errorf("want %s, got %s", wantDuration, shown(raw))
 		}
-		if d == 0 && strings.ContainsAny(s, "123456789") {
+		if v == 0 && strings.ContainsAny(s, "123456789") {
 			return fmt.Errorf("%s rounds to 0, which means no limit; write \"0s\" for that, or a duration of at least 1ns", shown(raw))
 		}
-		*dst = d
+		*d = v
 		return nil
 	}
 	num := string(bytes.TrimSpace(raw))
 	if _, err := strconv.ParseFloat(num, 64); err != nil && !errors.Is(err, strconv.ErrRange) {
-		return wantGot(wantDuration, raw) // not a number either
+		return fmt.Errorf("want %s, got %s", wantDuration, shown(raw)) // not a number either
 	}
 	if mantissa, _, _ := strings.Cut(strings.ToLower(num), "e"); !strings.ContainsAny(mantissa, "123456789") {
-		*dst = 0 // 0, 0.0, -0, 0e9: no limit, whatever the unit
+		*d = 0 // 0, 0.0, -0, 0e9: no limit, whatever the unit
 		return nil
 	}
 	hint := ""
@@ -407,10 +360,6 @@ func setDuration(dst *time.Duration, raw json.RawMessage) error {
 const wantDuration = `a duration such as "30s" or "1m30s"`
 
 const maxShown = 40
-
-func wantGot(want string, raw []byte) error {
-	return fmt.Errorf("want %s, got %s", want, shown(raw))
-}
 
 // shown is raw as an error quotes it: trimmed, and cut to maxShown runes.
 func shown(raw []byte) string {
@@ -438,38 +387,27 @@ func shown(raw []byte) string {
 //	pool: invalid options: unknown key "MaxSzie" (did you mean "MaxSize"?)
 //	pool: invalid options: LeaseTimeout: want a duration string such as "30s", got the bare number 30: durations need a unit ("30s" for 30 seconds, "30ms" for milliseconds)
 func (o *Options[T]) UnmarshalJSON(data []byte) error {
+	if err := json.Unmarshal(data, new(json.RawMessage)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err) // not JSON
+	}
 	next := *o
 	fields := reflect.ValueOf(&next).Elem()
 	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-	}
-	switch tok {
-	case nil: // null: nothing to change
+	switch tok, _ := dec.Token(); tok {
+	case nil:
+		return nil // null: nothing to change
 	case json.Delim('{'):
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-			}
-			key, _ := tok.(string) // inside an object, a key
-			var raw json.RawMessage
-			if err := dec.Decode(&raw); err != nil {
-				return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, key, err)
-			}
-			if err := setKey(fields, key, raw); err != nil {
-				return err
-			}
-		}
-		if _, err := dec.Token(); err != nil { // the closing brace
-			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-		}
 	default:
 		return fmt.Errorf("%w: want a JSON object such as {\"MaxSize\": 20}, got %s", ErrInvalidOptions, shown(data))
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: more data after the options", ErrInvalidOptions)
+	for dec.More() {
+		// Valid JSON, checked above: Token gives a key, Decode its value.
+		key, _ := dec.Token()
+		var raw json.RawMessage
+		_ = dec.Decode(&raw)
+		if err := setKey(fields, key.(string), raw); err != nil {
+			return err
+		}
 	}
 	*o = next
 	return nil
@@ -490,7 +428,7 @@ func setKey(fields reflect.Value, key string, raw json.RawMessage) error {
 	case !configurable(f):
 		return fmt.Errorf("%w: %s can only be set in code, not from configuration", ErrInvalidOptions, f.Name)
 	}
-	if err := setField(fields.FieldByIndex(f.Index), raw); err != nil {
+	if err := setField(fields.FieldByIndex(f.Index).Addr().Interface(), raw); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, f.Name, err)
 	}
 	return nil
@@ -512,9 +450,6 @@ func nearestKey(t reflect.Type, key string) string {
 // ("MaxSzie" is one edit from "MaxSize"), capped at limit.
 func editDistance(a, b string, limit int) int {
 	s, t := []rune(strings.ToLower(a)), []rune(strings.ToLower(b))
-	if n := len(s) - len(t); n >= limit || -n >= limit {
-		return limit
-	}
 	// d[i][j] is the distance between s[:i] and t[:j].
 	d := make([][]int, len(s)+1)
 	for i := range d {
@@ -542,8 +477,7 @@ func editDistance(a, b string, limit int) int {
 // MarshalJSON encodes the configurable fields of o in declaration order, in
 // the form UnmarshalJSON reads; an empty Name is left out.
 func (o Options[T]) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
+	b := []byte{'{'}
 	v := reflect.ValueOf(o)
 	for i := range v.NumField() {
 		f, value := v.Type().Field(i), v.Field(i).Interface()
@@ -557,12 +491,10 @@ func (o Options[T]) MarshalJSON() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b.Len() > 1 {
-			b.WriteByte(',')
+		if len(b) > 1 {
+			b = append(b, ',')
 		}
-		fmt.Fprintf(&b, "%q:", f.Name)
-		b.Write(js)
+		b = fmt.Appendf(b, "%q:%s", f.Name, js)
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return append(b, '}'), nil
 }

@@ -192,12 +192,9 @@ func (p *Pool[T]) Name() string { return p.opts.Name }
 // the factory and of Destroy have no caller to go to: they are counted and
 // logged.
 func (p *Pool[T]) Clear() {
-	b := newDestroyBatch(false)
-	for _, e := range p.g.clear() {
-		p.ds.taken(e, reasonClear, b)
-	}
+	b := p.ds.batch(p.g.clear(), reasonClear)
 	if p.opts.MinSize > 0 {
-		p.kp.refill(b.seal())
+		p.kp.refill(b.done)
 	}
 }
 

@@ -34,10 +34,8 @@ func (f CheckFunc[T]) IsReady(ctx context.Context, item T) (bool, error) {
 	if f == nil {
 		return true, nil
 	}
-	if err := f(ctx, item); err != nil {
-		return false, err
-	}
-	return true, nil
+	err := f(ctx, item)
+	return err == nil, err
 }
 
 // Prepare runs the check again, for callers other than the pool: it reports
