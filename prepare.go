@@ -71,7 +71,7 @@ func (c *checker[T]) due(e *entry[T], now int64) bool {
 func (c *checker[T]) check(ctx context.Context, e *entry[T]) error {
 	if c.ob.measuring() {
 		start := c.ob.stamp()
-		defer c.ob.checkTimed(ctx, start) // a panic's too
+		defer c.ob.took(ctx, figPrepTime, start) // a panic's too
 	}
 	pctx, limit := ctx, c.timeout
 	var began int64
