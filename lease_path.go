@@ -334,7 +334,7 @@ func (p *Pool[T]) judge(ctx context.Context, e *entry[T], now int64, lt *leaseTi
 			return spareIt, 0, err
 		}
 		lt.start(p.opts.LeaseTimeout > 0)
-		start := p.ob.startTimer(lt)
+		start := p.ob.stamp(lt.traced)
 		err := p.ck.check(ctx, e)
 		p.ob.stopTimer(lt, start, &lt.prepare)
 		if err != nil {
@@ -359,7 +359,7 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 		}
 	}()
 	var abandoned bool
-	start := p.ob.startTimer(lt)
+	start := p.ob.stamp(lt.traced)
 	e, abandoned, err = p.mk.create(ctx)
 	p.ob.stopTimer(lt, start, &lt.create)
 	if err != nil {
@@ -367,7 +367,7 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 		return nil, errCreate, err
 	}
 	if p.opts.Preparer != nil {
-		start = p.ob.startTimer(lt)
+		start = p.ob.stamp(lt.traced)
 		err = p.ck.check(ctx, e)
 		p.ob.stopTimer(lt, start, &lt.prepare)
 		if err != nil {

@@ -118,8 +118,7 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 	if _, ok := mp.(noop.MeterProvider); ok || mp == nil {
 		return nil, nil
 	}
-	meter := mp.Meter(scopeName)
-	m := &metrics{meter: meter}
+	m := &metrics{meter: mp.Meter(scopeName)}
 	poolName := attribute.String("pool.name", name)
 	opt := metric.WithAttributeSet(attribute.NewSet(poolName))
 	m.rec, m.obs = []metric.RecordOption{opt}, []metric.ObserveOption{opt}
@@ -130,9 +129,9 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 		var err error
 		switch in.kind {
 		case histogram:
-			m.hist[in.fig], err = meter.Float64Histogram(in.name, unit, desc, metric.WithExplicitBucketBoundaries(durationBuckets...))
+			m.hist[in.fig], err = m.meter.Float64Histogram(in.name, unit, desc, metric.WithExplicitBucketBoundaries(durationBuckets...))
 		case counter:
-			m.count[in.fig], err = meter.Int64Counter(in.name, unit, desc)
+			m.count[in.fig], err = m.meter.Int64Counter(in.name, unit, desc)
 			m.adds[in.fig] = [][]metric.AddOption{{opt}}
 			if in.attr != "" {
 				m.adds[in.fig] = nil
@@ -142,11 +141,11 @@ func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
 				}
 			}
 		case gauge:
-			g, err = meter.Int64ObservableGauge(in.name, unit, desc)
+			g, err = m.meter.Int64ObservableGauge(in.name, unit, desc)
 		case observedCounter:
-			g, err = meter.Int64ObservableCounter(in.name, unit, desc)
+			g, err = m.meter.Int64ObservableCounter(in.name, unit, desc)
 		case ratioGauge:
-			g, err = meter.Float64ObservableGauge(in.name, unit, desc)
+			g, err = m.meter.Float64ObservableGauge(in.name, unit, desc)
 		}
 		if g != nil {
 			m.observed = append(m.observed, g)
@@ -215,14 +214,12 @@ func (o *observer[T]) took(ctx context.Context, f figure, start int64) {
 	o.m.hist[f].Record(ctx, float64(o.clk.now()-start)/1e9, o.m.rec...)
 }
 
-// One lease in useSampleEvery is recorded in pool.lease.use_time.
+// One lease in useSampleEvery is recorded in pool.lease.use_time (see
+// observer.sampled): fibonacci is 2⁶⁴/φ rounded to odd; useSampleBelow is
+// 2⁶⁴/useSampleEvery.
 const (
 	useSampleBits  = 9
 	useSampleEvery = 1 << useSampleBits
-)
-
-// fibonacci is 2⁶⁴/φ rounded to odd; useSampleBelow is 2⁶⁴/useSampleEvery.
-const (
 	fibonacci      = 0x9e3779b97f4a7c15
 	useSampleBelow = 1 << (64 - useSampleBits)
 )

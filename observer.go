@@ -70,17 +70,10 @@ func (o *observer[T]) leaseFailed(ctx context.Context, t errType) {
 	o.m.inc(ctx, figLeaseErrors, int(t))
 }
 
-// created counts a successful factory call.
-func (o *observer[T]) created(ctx context.Context) {
-	o.c.mu.Lock()
-	o.c.created++
-	o.c.mu.Unlock()
-	o.m.inc(ctx, figCreated, 0)
-}
-
-// stamp reads the clock for a measurement starting now; 0 without metrics.
-func (o *observer[T]) stamp() int64 {
-	if o.m == nil {
+// stamp reads the clock for a measurement starting now, if need (metrics
+// are recorded, or a traced lease's step timed); else it returns 0.
+func (o *observer[T]) stamp(need bool) int64 {
+	if !need {
 		return 0
 	}
 	return o.clk.now()
@@ -143,10 +136,7 @@ func (o *observer[T]) sampleUse(e *entry[T]) {
 
 // lent records a queued slow lease's wait, and samples e's use_time if k is.
 func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *leaseTimes) {
-	if o.m == nil {
-		return
-	}
-	if lt.queued {
+	if lt.queued && o.m != nil {
 		o.m.hist[figWaitTime].Record(ctx, lt.wait.Seconds(), o.m.rec...)
 	}
 	if o.sampled(k) {
@@ -170,19 +160,21 @@ func (o *observer[T]) leaseEnded(e *entry[T]) {
 	}
 }
 
-// watch makes e's records as its creation ends: lease record and registry
-// place, and trace state, as the options ask; its cleanup (leaks.go), once,
-// after e.rec, stopped by forget. The cleanup's leakArg reaches neither e
-// (that would keep it alive) nor the pool (which reaches its idle entries),
-// only the leakSink, which holds the pool weakly, and e.rec.
-func (o *observer[T]) watch(e *entry[T]) {
+// watch counts e's creation, a successful factory call, and makes e's
+// records as the creation ends: lease record and registry place, and trace
+// state, as the options ask; its cleanup (leaks.go), once, after e.rec,
+// stopped by forget. The cleanup's leakArg reaches neither e (that would
+// keep it alive) nor the pool (which reaches its idle entries), only the
+// leakSink, which holds the pool weakly, and e.rec.
+func (o *observer[T]) watch(ctx context.Context, e *entry[T]) {
+	o.c.mu.Lock()
+	o.c.created++
+	o.c.mu.Unlock()
+	o.m.inc(ctx, figCreated, 0)
 	if o.recorded() {
 		e.rec = new(leaseRecord)
 		e.self = weak.Make(e)
 		o.reg.mu.Lock()
-		if o.reg.all == nil {
-			o.reg.all = make(map[weak.Pointer[entry[T]]]struct{})
-		}
 		o.reg.all[e.self] = struct{}{}
 		o.reg.mu.Unlock()
 	}
@@ -215,17 +207,14 @@ func (o *observer[T]) forget(e *entry[T]) {
 // for its generation.
 
 // registry is every recorded entry in existence, held weakly: watch adds
-// an entry, forget removes it, and scan lists them.
+// an entry, forget removes it, and scan lists them. New makes all.
 type registry[T any] struct {
 	mu  sync.Mutex
 	all map[weak.Pointer[entry[T]]]struct{}
 }
 
-// scanBufs are a scan's buffers, kept by the keeper, emptied between scans (drop).
-type scanBufs[T any] struct {
-	es   []*entry[T]
-	seen []sighting[T]
-}
+// scanBufs is a scan's buffer, kept by the keeper, emptied between scans (drop).
+type scanBufs[T any] []sighting[T]
 
 // sighting is what a scan saw of one entry.
 type sighting[T any] struct {
@@ -237,9 +226,8 @@ type sighting[T any] struct {
 
 // drop lets go of the last scan's entries, so it keeps none alive.
 func (b *scanBufs[T]) drop() {
-	clear(b.es)
-	clear(b.seen)
-	b.es, b.seen = b.es[:0], b.seen[:0]
+	clear(*b)
+	*b = (*b)[:0]
 }
 
 // scan finds the recorded leases out in two passes, after listing the
@@ -249,25 +237,26 @@ func (o *observer[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
 	o.reg.mu.Lock()
 	for wp := range o.reg.all {
 		if e := wp.Value(); e != nil {
-			b.es = append(b.es, e)
+			*b = append(*b, sighting[T]{e: e})
 		} else {
 			delete(o.reg.all, wp)
 		}
 	}
 	o.reg.mu.Unlock()
-	for _, e := range b.es {
-		x := sighting[T]{e: e, gen: e.gen.Load()}
-		x.at, x.out = e.rec.startOf(x.gen)
-		b.seen = append(b.seen, x)
+	seen := *b
+	for i := range seen {
+		x := &seen[i]
+		x.gen = x.e.gen.Load()
+		x.at, x.out = x.e.rec.startOf(x.gen)
 		if testSighted != nil {
-			testSighted(e)
+			testSighted(x.e)
 		}
 	}
-	for i := range b.seen {
-		x := &b.seen[i]
+	for i := range seen {
+		x := &seen[i]
 		x.out = x.out && x.e.gen.Load() == x.gen
 	}
-	return b.seen, o.clk.now()
+	return seen, o.clk.now()
 }
 
 // testSighted, set by tests only, runs after the first pass reads an entry.
@@ -288,8 +277,7 @@ func (o *observer[T]) outstanding() []LeaseInfo {
 	if !o.recorded() {
 		return nil
 	}
-	var b scanBufs[T]
-	defer b.drop()
+	var b scanBufs[T] // garbage once it returns: no need to drop it
 	seen, now := o.scan(&b)
 	out := []LeaseInfo{}
 	for _, x := range seen {
@@ -357,7 +345,14 @@ func (o *observer[T]) reportHeld(x *sighting[T], age time.Duration, apart func(f
 	}
 	if on := o.onLeak; on != nil {
 		r := LeakReport{Pool: o.name, Age: age, Stack: stack, Held: true}
-		apart(func() { o.callOnLeak(on, r) })
+		apart(func() {
+			defer func() { // a panic has nobody to reach: logged, dropped
+				if v := recover(); v != nil {
+					o.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", o.name, asError(newPanicError(v))))
+				}
+			}()
+			on(r)
+		})
 	}
 }
 
@@ -369,26 +364,14 @@ func (o *observer[T]) reportedEnded(e *entry[T], gen uint64, at int64) {
 	}
 }
 
-// callOnLeak calls OnLeak, logging and dropping a panic: it has nobody to reach.
-func (o *observer[T]) callOnLeak(on func(LeakReport), r LeakReport) {
-	defer func() {
-		if v := recover(); v != nil {
-			o.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", o.name, asError(newPanicError(v))))
-		}
-	}()
-	on(r)
-}
-
 // # Traces
 
 // endTrace reads e's traced lease as it ends; zero without a Tracer.
-func (o *observer[T]) endTrace(e *entry[T]) tracedEnd {
-	if e.trace == nil || e.trace.ctx == nil {
-		return tracedEnd{}
+func (o *observer[T]) endTrace(e *entry[T]) (t tracedEnd) {
+	if st := e.trace; st != nil && st.ctx != nil {
+		t = tracedEnd{ctx: st.ctx, held: time.Duration(max(o.clk.now()-st.at, 0))}
+		st.ctx = nil
 	}
-	st := e.trace
-	t := tracedEnd{ctx: st.ctx, held: time.Duration(max(o.clk.now()-st.at, 0))}
-	st.ctx = nil
 	return t
 }
 
@@ -399,15 +382,7 @@ func (o *observer[T]) released(t tracedEnd, how string) {
 	}
 }
 
-// startTimer reads the clock for a traced lease's step; 0 if not traced.
-func (o *observer[T]) startTimer(lt *leaseTimes) int64 {
-	if !lt.traced {
-		return 0
-	}
-	return o.clk.now()
-}
-
-// stopTimer adds to d the time since start, lt's startTimer, when traced.
+// stopTimer adds to d the time since start, stamp(lt.traced), when traced.
 func (o *observer[T]) stopTimer(lt *leaseTimes, start int64, d *time.Duration) {
 	if lt.traced {
 		*d += time.Duration(max(o.clk.now()-start, 0))

@@ -121,6 +121,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	wp := p.self
 	p.ob = observer[T]{
 		logger: opts.Logger, tracer: opts.Tracer, threshold: int64(opts.LeakThreshold), sited: opts.TrackLeaseSites, m: m,
+		reg:      registry[T]{all: make(map[weak.Pointer[entry[T]]]struct{})},
 		leakSink: &leakSink{alive: func() bool { return wp.Value() != nil }, name: opts.Name, clk: p.clk, onLeak: opts.OnLeak, m: m},
 	}
 	if m != nil {
