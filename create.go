@@ -261,17 +261,16 @@ func (m *maker[T]) newEntry(ctx context.Context) (*entry[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: create item: %w", m.name, err)
 	}
-	m.ob.created(ctx)
 	now := m.clk.now()
 	e := &entry[T]{value: v, pool: m.pool, era: era, createdAt: now, deadline: m.ex.deadline(now), idleAt: now}
-	m.ob.watch(e)
+	m.ob.watch(ctx, e)
 	return e, nil
 }
 
 // callFactory calls the factory, timing each call (pool.items.create_time)
 // and counting failures, nil item, panic or Goexit too (Stats.CreateErrors).
 func (m *maker[T]) callFactory(ctx context.Context) (v T, err error) {
-	start := m.ob.stamp()
+	start := m.ob.stamp(m.ob.measuring())
 	returned := false
 	defer func() { m.ob.factoryCalled(ctx, start, !returned || err != nil) }()
 	v, err = m.factory.Create(ctx)

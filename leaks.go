@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/metric"
 )
 
 // LeakReport describes a lease that may have leaked: one held past
@@ -33,40 +31,22 @@ type LeakReport struct {
 	Held bool
 }
 
-// leakSink is what a pool's cleanups reach; it holds the pool only weakly,
-// through alive. It is not generic, so that leakFound is a plain function: a
-// generic one would cost each creation an allocation for its dictionary.
+// leakSink is the part of the observer that a pool's cleanups reach (see
+// observer.watch); it holds the pool only weakly, through alive. It is not
+// generic, so that leakFound is a plain function: a generic one would cost
+// each creation an allocation for its dictionary.
 type leakSink struct {
-	alive  func() bool  // the pool has not been collected: see newLeakSink
-	now    func() int64 // the pool's clock
+	alive  func() bool // false once the pool has been collected
 	name   string
+	clk    *clock
 	onLeak func(LeakReport)
+	m      *metrics      // the observer's, for pool.leases.leaked
 	leaked atomic.Uint64 // Stats.Leaked
-
-	counter metric.Int64Counter // pool.leases.leaked; nil without metrics
-	add     []metric.AddOption
-}
-
-// newLeakSink: alive reports false once the pool has been collected.
-func newLeakSink(alive func() bool, clk *clock, name string, onLeak func(LeakReport), m *metrics) *leakSink {
-	s := &leakSink{alive: alive, now: clk.now, name: name, onLeak: onLeak}
-	if m != nil {
-		s.counter, s.add = m.leaked, m.add
-	}
-	return s
 }
 
 type leakArg struct {
 	sink *leakSink
 	rec  *leaseRecord // nil without LeakThreshold and TrackLeaseSites
-}
-
-// detectLeak registers e's cleanup, once, at creation, after e.rec is made;
-// Destroy and Detach stop it. Its leakArg reaches neither e (that would keep
-// it alive) nor the pool (which reaches its idle entries), only the leakSink,
-// which holds the pool weakly, and e.rec.
-func detectLeak[T any](s *leakSink, e *entry[T]) {
-	e.cleanup = runtime.AddCleanup(e, leakFound, leakArg{sink: s, rec: e.rec})
 }
 
 // leakFound is an entry's cleanup. It runs for a leaked lease, and also for an
@@ -81,9 +61,7 @@ func leakFound(a leakArg) {
 		return
 	}
 	a.sink.leaked.Add(1)
-	if a.sink.counter != nil {
-		a.sink.counter.Add(context.Background(), 1, a.sink.add...)
-	}
+	a.sink.m.inc(context.Background(), figLeaked, 0)
 	if a.sink.onLeak != nil {
 		go a.sink.report(a.rec)
 	}
@@ -94,11 +72,9 @@ func (s *leakSink) report(rec *leaseRecord) {
 	r := LeakReport{Pool: s.name}
 	if rec != nil {
 		if w := rec.start.Load(); w != 0 {
-			r.Age = time.Duration(max(s.now()-(w>>8)*1000, 0))
+			r.Age = time.Duration(max(s.clk.now()-(w>>8)*1000, 0))
 		}
-		rec.mu.RLock() // nobody writes it any more: the entry is unreachable
-		r.Stack = formatStack(rec.pcs[:rec.n])
-		rec.mu.RUnlock()
+		r.Stack = rec.stackOf(rec.lease - 1) // nobody writes it any more: the entry is unreachable
 	}
 	s.onLeak(r)
 }
@@ -132,10 +108,18 @@ type leaseRecord struct {
 // first, so a record never written reads as none.
 func leaseTag(gen uint64) int64 { return int64(gen+1) & 0xff }
 
-// startWord is leaseRecord.start for the lease of generation gen begun at
-// now; rounding up keeps an age read from it from ever exceeding the truth.
-func startWord(now int64, gen uint64) int64 {
-	return (now+999)/1000<<8 | leaseTag(gen)
+// record notes l's start and, sited, where: walked under the lock, into the
+// record. Rounding the start up keeps an age read from it from ever
+// exceeding the truth.
+func (o *observer[T]) record(l Lease[T]) {
+	r := l.e.rec
+	r.start.Store((o.clk.now()+999)/1000<<8 | leaseTag(l.gen))
+	if o.sited {
+		r.mu.Lock()
+		r.lease = l.gen + 1
+		r.n = runtime.Callers(leakSiteSkip, r.pcs[:])
+		r.mu.Unlock()
+	}
 }
 
 // startOf returns when the lease of generation gen began, when the record
@@ -161,13 +145,9 @@ func (r *leaseRecord) stackOf(gen uint64) string {
 	if !ok || n == 0 {
 		return ""
 	}
-	return formatStack(pcs[:n])
-}
-
-// formatStack writes one "function\n\tfile:line\n" per frame.
-func formatStack(pcs []uintptr) string {
+	// One "function\n\tfile:line\n" per frame.
 	var b strings.Builder
-	frames := runtime.CallersFrames(pcs)
+	frames := runtime.CallersFrames(pcs[:n])
 	for {
 		f, more := frames.Next()
 		if f.Function != "" {

@@ -286,7 +286,7 @@ func (p *Pool[T]) takeReady(ctx context.Context, e *entry[T], lt *leaseTimes) (_
 			}
 		}()
 		lt.start(p.opts.LeaseTimeout > 0)
-		start := p.ob.startTimer(lt)
+		start := p.ob.stamp(lt.traced)
 		err := p.ck.check(ctx, e)
 		checked = true
 		p.ob.stopTimer(lt, start, &lt.prepare)
@@ -320,7 +320,7 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 		}
 	}()
 	var abandoned bool
-	start := p.ob.startTimer(lt)
+	start := p.ob.stamp(lt.traced)
 	e, abandoned, err = p.mk.create(ctx)
 	p.ob.stopTimer(lt, start, &lt.create)
 	if err != nil {
@@ -328,7 +328,7 @@ func (p *Pool[T]) createReady(ctx context.Context, lt *leaseTimes) (_ *entry[T],
 		return nil, errCreate, err
 	}
 	if p.opts.Preparer != nil {
-		start = p.ob.startTimer(lt)
+		start = p.ob.stamp(lt.traced)
 		err = p.ck.check(ctx, e)
 		p.ob.stopTimer(lt, start, &lt.prepare)
 		if err != nil {

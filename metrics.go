@@ -24,23 +24,89 @@ const scopeName = "github.com/msl-armory/pool"
 // (a quick handoff) to 30 s (a dial's timeout); a View can override them.
 var durationBuckets = []float64{0, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
+// figure is what the pool records as it works, whatever the instrument that
+// records it is named: it indexes metrics.hist and metrics.count.
+type figure int
+
+const (
+	figWaitTime figure = iota // durations
+	figUseTime
+	figPrepTime
+	figCreateTime
+	figLeaseErrors // counts
+	figPrepErrors
+	figCreated
+	figDestroyed
+	figDestroyErrors
+	figLeaked
+	figLong
+	numFigures
+)
+
+// instKind is an instrument's kind: what New makes, and how it measures.
+type instKind uint8
+
+const (
+	histogram       instKind = iota // a Float64Histogram over durationBuckets, recording its figure
+	counter                         // an Int64Counter, adding to its figure
+	gauge                           // an Int64ObservableGauge, observing ints
+	observedCounter                 // an Int64ObservableCounter, observing ints
+	ratioGauge                      // a Float64ObservableGauge, observing ratio
+)
+
+// instrument describes one instrument. A set of names for the pool's
+// figures and Stats is a table of them (poolInstruments).
+type instrument struct {
+	name, unit, desc string
+	kind             instKind
+	fig              figure               // histogram, counter: what it records
+	attr             string               // counter: the attribute splitting it, if any,
+	values           []string             // with its values, indexed as the figure's adds are
+	ints             func(*Stats) int64   // gauge, observedCounter: what it observes
+	ratio            func(*Stats) float64 // ratioGauge: what it observes
+}
+
+// poolInstruments are the pool's instruments, named pool.*.
+var poolInstruments = []instrument{
+	{name: "pool.items.allocated", unit: "{item}", desc: "Items the pool accounts for: leased, idle, being created or destroyed.", kind: gauge, ints: func(s *Stats) int64 { return int64(s.ItemsAllocated) }},
+	{name: "pool.items.available", unit: "{item}", desc: "Idle items.", kind: gauge, ints: func(s *Stats) int64 { return int64(s.ItemsAvailable) }},
+	{name: "pool.leases.active", unit: "{lease}", desc: "Items in use: leased, or being created or destroyed.", kind: gauge, ints: func(s *Stats) int64 { return int64(s.ActiveLeases) }},
+	{name: "pool.leases.queued", unit: "{lease}", desc: "Leases waiting for an item: MaxSize items in use, or MaxConcurrentCreates items being created.", kind: gauge, ints: func(s *Stats) int64 { return int64(s.QueuedLeases) }},
+	{name: "pool.items.max", unit: "{item}", desc: "MaxSize now: the most items the pool lets exist. Saturation is pool.leases.active / pool.items.max.", kind: gauge, ints: func(s *Stats) int64 { return int64(s.MaxSize) }},
+	{name: "pool.items.min", unit: "{item}", desc: "MinSize: the idle floor the pool refills to.", kind: gauge, ints: func(s *Stats) int64 { return int64(s.MinSize) }},
+	{name: "pool.backend.down", unit: "1", desc: "1 while the pool is down (FailFastAfter creations in a row failed, none succeeded since): leases that must create fail fast; else 0.", kind: gauge, ints: func(s *Stats) int64 {
+		if s.BackendDown {
+			return 1
+		}
+		return 0
+	}},
+	{name: "pool.utilization", unit: "1", desc: "pool.leases.active / pool.items.allocated; 0 when nothing is allocated.", kind: ratioGauge, ratio: func(s *Stats) float64 { return float64(s.ActiveLeases) / float64(max(s.ItemsAllocated, 1)) }},
+	{name: "pool.leases.granted", unit: "{lease}", desc: "Successful leases.", kind: observedCounter, ints: func(s *Stats) int64 { return int64(s.Leases) }},
+	{name: "pool.lease.wait_time", unit: "s", desc: "Time a successful lease waited for an item; leases served at once are not recorded.", kind: histogram, fig: figWaitTime},
+	{name: "pool.lease.use_time", unit: "s", desc: fmt.Sprintf("How long leases were held, from the lease to its end (Release, Discard or Detach). "+
+		"A uniform sample, one lease in %d on each processor: its quantiles are the leases' own, its count is not the number of leases (pool.leases.granted is).", useSampleEvery),
+		kind: histogram, fig: figUseTime},
+	{name: "pool.lease.errors", unit: "{error}", desc: "Failed leases, by error.type.", kind: counter, fig: figLeaseErrors, attr: "error.type", values: errTypeNames[:]},
+	{name: "pool.preparation.time", unit: "s", desc: "Time of IsReady plus Prepare on one item.", kind: histogram, fig: figPrepTime},
+	{name: "pool.items.create_time", unit: "s", desc: "Time of one factory call, successful or not.", kind: histogram, fig: figCreateTime},
+	{name: "pool.preparation.errors", unit: "{error}", desc: "Failed preparations: IsReady or Prepare failed or timed out.", kind: counter, fig: figPrepErrors},
+	{name: "pool.items.created", unit: "{item}", desc: "Successful factory calls.", kind: counter, fig: figCreated},
+	{name: "pool.items.destroyed", unit: "{item}", desc: "Items destroyed, by reason.", kind: counter, fig: figDestroyed, attr: "reason", values: reasonNames[:]},
+	{name: "pool.items.destroy_errors", unit: "{error}", desc: "Destroy calls that returned an error or panicked; the item counts as destroyed all the same.", kind: counter, fig: figDestroyErrors},
+	{name: "pool.leases.leaked", unit: "{lease}", desc: "Leases found unreachable without Release, Discard or Detach.", kind: counter, fig: figLeaked},
+	{name: "pool.leases.long", unit: "{lease}", desc: "Leases reported for being held past LeakThreshold.", kind: counter, fig: figLong},
+}
+
 // metrics holds a pool's instruments and their precomputed options.
 type metrics struct {
-	waitTime, prepTime, createTime    metric.Float64Histogram
-	useTime                           metric.Float64Histogram
-	leaseErrors, prepErrors, created  metric.Int64Counter
-	destroyed, destroyErrs, leaked    metric.Int64Counter
-	long                              metric.Int64Counter
-	allocated, available, active, que metric.Int64ObservableGauge
-	maxItems, minItems, down          metric.Int64ObservableGauge
-	granted                           metric.Int64ObservableCounter
-	utilization                       metric.Float64ObservableGauge
+	hist  [numFigures]metric.Float64Histogram // the histograms' figures
+	count [numFigures]metric.Int64Counter     // the counters'
+	adds  [numFigures][][]metric.AddOption    // a counter's options, by its attribute's value
+	rec   []metric.RecordOption               // pool.name
+	obs   []metric.ObserveOption              // pool.name
 
-	rec       []metric.RecordOption  // pool.name
-	add       []metric.AddOption     // pool.name
-	obs       []metric.ObserveOption // pool.name
-	errAdd    [numErrTypes][]metric.AddOption
-	reasonAdd [numReasons][]metric.AddOption
+	observed []metric.Observable // the gauges' callback's instruments,
+	observes []instrument        // with their rows of the table
 
 	meter metric.Meter
 	reg   metric.Registration // the gauges' callback; unregistered by Close
@@ -49,104 +115,81 @@ type metrics struct {
 // newMetrics makes the instruments of the pool named name on mp, or returns
 // nil when mp is nil or a no-op provider: then the pool records nothing.
 func newMetrics(mp metric.MeterProvider, name string) (*metrics, error) {
-	if mp == nil {
+	if _, ok := mp.(noop.MeterProvider); ok || mp == nil {
 		return nil, nil
 	}
-	if _, ok := mp.(noop.MeterProvider); ok {
-		return nil, nil
-	}
-	meter := mp.Meter(scopeName)
-	m := &metrics{meter: meter}
+	m := &metrics{meter: mp.Meter(scopeName)}
 	poolName := attribute.String("pool.name", name)
-	set := attribute.NewSet(poolName)
-	opt := metric.WithAttributeSet(set)
-	m.rec = []metric.RecordOption{opt}
-	m.add = []metric.AddOption{opt}
-	m.obs = []metric.ObserveOption{opt}
-	for i := range m.errAdd {
-		m.errAdd[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(poolName, attribute.String("error.type", errType(i).String())))}
-	}
-	for i := range m.reasonAdd {
-		m.reasonAdd[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(poolName, attribute.String("reason", reason(i).String())))}
-	}
-
+	opt := metric.WithAttributeSet(attribute.NewSet(poolName))
+	m.rec, m.obs = []metric.RecordOption{opt}, []metric.ObserveOption{opt}
 	var errs []error
-	check := func(err error) { errs = append(errs, err) }
-	var err error
-	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
-		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		check(err)
-		return g
+	for _, in := range poolInstruments {
+		unit, desc := metric.WithUnit(in.unit), metric.WithDescription(in.desc)
+		var g metric.Observable
+		var err error
+		switch in.kind {
+		case histogram:
+			m.hist[in.fig], err = m.meter.Float64Histogram(in.name, unit, desc, metric.WithExplicitBucketBoundaries(durationBuckets...))
+		case counter:
+			m.count[in.fig], err = m.meter.Int64Counter(in.name, unit, desc)
+			m.adds[in.fig] = [][]metric.AddOption{{opt}}
+			if in.attr != "" {
+				m.adds[in.fig] = nil
+				for _, v := range in.values {
+					set := attribute.NewSet(poolName, attribute.String(in.attr, v))
+					m.adds[in.fig] = append(m.adds[in.fig], []metric.AddOption{metric.WithAttributeSet(set)})
+				}
+			}
+		case gauge:
+			g, err = m.meter.Int64ObservableGauge(in.name, unit, desc)
+		case observedCounter:
+			g, err = m.meter.Int64ObservableCounter(in.name, unit, desc)
+		case ratioGauge:
+			g, err = m.meter.Float64ObservableGauge(in.name, unit, desc)
+		}
+		if g != nil {
+			m.observed = append(m.observed, g)
+			m.observes = append(m.observes, in)
+		}
+		errs = append(errs, err)
 	}
-	counter := func(name, unit, desc string) metric.Int64Counter {
-		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		check(err)
-		return c
-	}
-	histogram := func(name, desc string) metric.Float64Histogram {
-		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
-			metric.WithExplicitBucketBoundaries(durationBuckets...))
-		check(err)
-		return h
-	}
-	m.allocated = gauge("pool.items.allocated", "{item}", "Items the pool accounts for: leased, idle, being created or destroyed.")
-	m.available = gauge("pool.items.available", "{item}", "Idle items.")
-	m.active = gauge("pool.leases.active", "{lease}", "Items in use: leased, or being created or destroyed.")
-	m.que = gauge("pool.leases.queued", "{lease}", "Leases waiting for an item: MaxSize items in use, or MaxConcurrentCreates items being created.")
-	m.maxItems = gauge("pool.items.max", "{item}", "MaxSize now: the most items the pool lets exist. Saturation is pool.leases.active / pool.items.max.")
-	m.minItems = gauge("pool.items.min", "{item}", "MinSize: the idle floor the pool refills to.")
-	m.down = gauge("pool.backend.down", "1", "1 while the pool is down (FailFastAfter creations in a row failed, none succeeded since): leases that must create fail fast; else 0.")
-	m.utilization, err = meter.Float64ObservableGauge("pool.utilization", metric.WithUnit("1"),
-		metric.WithDescription("pool.leases.active / pool.items.allocated; 0 when nothing is allocated."))
-	check(err)
-	m.granted, err = meter.Int64ObservableCounter("pool.leases.granted", metric.WithUnit("{lease}"),
-		metric.WithDescription("Successful leases."))
-	check(err)
-	m.waitTime = histogram("pool.lease.wait_time", "Time a successful lease waited for an item; leases served at once are not recorded.")
-	m.useTime = histogram("pool.lease.use_time", fmt.Sprintf("How long leases were held, from the lease to its end (Release, Discard or Detach). "+
-		"A uniform sample, one lease in %d on each processor: its quantiles are the leases' own, its count is not the number of leases (pool.leases.granted is).", useSampleEvery))
-	m.leaseErrors = counter("pool.lease.errors", "{error}", "Failed leases, by error.type.")
-	m.prepTime = histogram("pool.preparation.time", "Time of IsReady plus Prepare on one item.")
-	m.createTime = histogram("pool.items.create_time", "Time of one factory call, successful or not.")
-	m.prepErrors = counter("pool.preparation.errors", "{error}", "Failed preparations: IsReady or Prepare failed or timed out.")
-	m.created = counter("pool.items.created", "{item}", "Successful factory calls.")
-	m.destroyed = counter("pool.items.destroyed", "{item}", "Items destroyed, by reason.")
-	m.destroyErrs = counter("pool.items.destroy_errors", "{error}", "Destroy calls that returned an error or panicked; the item counts as destroyed all the same.")
-	m.leaked = counter("pool.leases.leaked", "{lease}", "Leases found unreachable without Release, Discard or Detach.")
-	m.long = counter("pool.leases.long", "{lease}", "Leases reported for being held past LeakThreshold.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: pool %q: make instruments: %w", ErrInvalidOptions, name, err)
 	}
 	return m, nil
 }
 
-// registerGauges registers the gauges' callback, observing what stats
-// reports (nothing once it reports false: the pool is gone).
-func registerGauges(m *metrics, stats func() (Stats, bool)) error {
-	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+// inc adds one to counter f, for the value by of its attribute (0 without
+// one); nothing without metrics.
+func (m *metrics) inc(ctx context.Context, f figure, by int) {
+	if m != nil {
+		m.count[f].Add(ctx, 1, m.adds[f][by]...)
+	}
+}
+
+// startGauges registers the gauges' callback, observing what stats reports
+// (nothing once it reports false: the pool is gone); without metrics it
+// does nothing.
+func (o *observer[T]) startGauges(stats func() (Stats, bool)) error {
+	m := o.m
+	if m == nil {
+		return nil
+	}
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
 		s, ok := stats()
 		if !ok {
 			return nil
 		}
-		o.ObserveInt64(m.allocated, int64(s.ItemsAllocated), m.obs...)
-		o.ObserveInt64(m.available, int64(s.ItemsAvailable), m.obs...)
-		o.ObserveInt64(m.active, int64(s.ActiveLeases), m.obs...)
-		o.ObserveInt64(m.que, int64(s.QueuedLeases), m.obs...)
-		o.ObserveInt64(m.maxItems, int64(s.MaxSize), m.obs...)
-		o.ObserveInt64(m.minItems, int64(s.MinSize), m.obs...)
-		down := int64(0)
-		if s.BackendDown {
-			down = 1
+		for i, in := range m.observes {
+			switch g := m.observed[i].(type) {
+			case metric.Int64Observable:
+				ob.ObserveInt64(g, in.ints(&s), m.obs...)
+			case metric.Float64Observable:
+				ob.ObserveFloat64(g, in.ratio(&s), m.obs...)
+			}
 		}
-		o.ObserveInt64(m.down, down, m.obs...)
-		o.ObserveInt64(m.granted, int64(s.Leases), m.obs...)
-		util := 0.0
-		if s.ItemsAllocated > 0 {
-			util = float64(s.ActiveLeases) / float64(s.ItemsAllocated)
-		}
-		o.ObserveFloat64(m.utilization, util, m.obs...)
 		return nil
-	}, m.allocated, m.available, m.active, m.que, m.maxItems, m.minItems, m.down, m.granted, m.utilization)
+	}, m.observed...)
 	if err != nil {
 		return fmt.Errorf("%w: MeterProvider: register the gauges' callback: %w", ErrInvalidOptions, err)
 	}
@@ -154,36 +197,29 @@ func registerGauges(m *metrics, stats func() (Stats, bool)) error {
 	return nil
 }
 
-// unregister stops the gauges: a closed pool reports none, and the provider
-// lets go of it.
-func (m *metrics) unregister() error {
-	if m.reg == nil {
+// stopGauges unregisters the gauges: a closed pool reports none, and the
+// provider lets go of it.
+func (o *observer[T]) stopGauges() error {
+	if o.m == nil || o.m.reg == nil {
 		return nil
 	}
-	if err := m.reg.Unregister(); err != nil {
+	if err := o.m.reg.Unregister(); err != nil {
 		return fmt.Errorf("pool: unregister the metrics callback: %w", err)
 	}
 	return nil
 }
 
-// One lease in useSampleEvery is recorded in pool.lease.use_time.
+// took records in histogram f the time since start, a reading of the clock.
+func (o *observer[T]) took(ctx context.Context, f figure, start int64) {
+	o.m.hist[f].Record(ctx, float64(o.clk.now()-start)/1e9, o.m.rec...)
+}
+
+// One lease in useSampleEvery is recorded in pool.lease.use_time (see
+// observer.sampled): fibonacci is 2⁶⁴/φ rounded to odd; useSampleBelow is
+// 2⁶⁴/useSampleEvery.
 const (
 	useSampleBits  = 9
 	useSampleEvery = 1 << useSampleBits
-)
-
-// fibonacci is 2⁶⁴/φ rounded to odd; useSampleBelow is 2⁶⁴/useSampleEvery.
-const (
 	fibonacci      = 0x9e3779b97f4a7c15
 	useSampleBelow = 1 << (64 - useSampleBits)
 )
-
-// seconds converts a span of the pool's clock (nanoseconds) to seconds.
-func seconds(ns int64) float64 { return float64(ns) / 1e9 }
-
-func (m *metrics) itemDestroyed(why reason, failed bool) {
-	m.destroyed.Add(context.Background(), 1, m.reasonAdd[why]...)
-	if failed {
-		m.destroyErrs.Add(context.Background(), 1, m.add...)
-	}
-}

@@ -19,11 +19,9 @@ import (
 // LeakThreshold's reports, the sink of the garbage collector's leak reports
 // (leaks.go). Only the use_time sample's test runs on the fast path.
 type observer[T any] struct {
-	name   string
-	clk    *clock
-	logger *slog.Logger
-	tracer Tracer
-	onLeak func(LeakReport)
+	*leakSink // name, clock, OnLeak: the cleanups' too (leaks.go)
+	logger    *slog.Logger
+	tracer    Tracer
 	// threshold is LeakThreshold in the clock's nanoseconds (0: none);
 	// sited, TrackLeaseSites. With either, each lease records its start.
 	threshold int64
@@ -31,27 +29,11 @@ type observer[T any] struct {
 	// sampleBelow bounds the scrambled count for sampled; 0, none, without metrics.
 	sampleBelow uint64
 
-	m     *metrics  // nil without a MeterProvider: see metrics.go
-	leaks *leakSink // what the entries' cleanups reach: see leaks.go
-	reg   registry[T]
-	c     counters
-}
-
-// startGauges registers the gauges' callback, which observes stats; it does
-// nothing without metrics.
-func (o *observer[T]) startGauges(stats func() (Stats, bool)) error {
-	if o.m == nil {
-		return nil
-	}
-	return registerGauges(o.m, stats)
-}
-
-// stopGauges unregisters the gauges: a closed pool reports none.
-func (o *observer[T]) stopGauges() error {
-	if o.m == nil {
-		return nil
-	}
-	return o.m.unregister()
+	// m is nil without a MeterProvider (metrics.go); the lease path reads
+	// it here, not through leakSink.m.
+	m   *metrics
+	reg registry[T]
+	c   counters
 }
 
 // tracing reports whether a Tracer sees the leases.
@@ -62,34 +44,21 @@ func (o *observer[T]) recorded() bool { return o.threshold > 0 || o.sited }
 
 // # Logs
 
-// warn logs an error that has no caller. A handler's panic is dropped: it
-// must not crash the pool's goroutines or stop a release or upkeep half-way.
+// warn logs an error that has no caller.
 func (o *observer[T]) warn(msg string, err error) { o.log(slog.LevelWarn, msg, err) }
 
-// log logs msg at level, with err unless nil, as warn does.
-func (o *observer[T]) log(level slog.Level, msg string, err error) {
-	var attrs []slog.Attr
-	if err != nil {
-		attrs = []slog.Attr{slog.Any("err", unprefixed{err, fmt.Sprintf("pool %q: ", o.name)})}
-	}
-	o.logAttrs(level, msg, attrs...)
-}
-
-// logHeld logs a lease held past LeakThreshold (Warn) or its end (Info).
-func (o *observer[T]) logHeld(level slog.Level, msg string, age time.Duration, stack string) {
-	attrs := []slog.Attr{slog.Duration("age", age)}
-	if stack != "" {
-		attrs = append(attrs, slog.String("stack", stack))
-	}
-	o.logAttrs(level, msg, attrs...)
-}
-
-func (o *observer[T]) logAttrs(level slog.Level, msg string, attrs ...slog.Attr) {
+// log logs msg at level with attrs, and err unless nil. A handler's panic is
+// dropped: it must not crash the pool's goroutines or stop a release or
+// upkeep half-way.
+func (o *observer[T]) log(level slog.Level, msg string, err error, attrs ...slog.Attr) {
 	if o.logger == nil {
 		return
 	}
 	defer func() { _ = recover() }()
 	attrs = append([]slog.Attr{slog.String("pool.name", o.name)}, attrs...)
+	if err != nil {
+		attrs = append(attrs, slog.Any("err", unprefixed{err, fmt.Sprintf("pool %q: ", o.name)}))
+	}
 	o.logger.LogAttrs(context.Background(), level, "pool: "+msg, attrs...)
 }
 
@@ -97,32 +66,14 @@ func (o *observer[T]) logAttrs(level slog.Level, msg string, attrs ...slog.Attr)
 
 // leaseFailed counts a failed lease in Stats and pool.lease.errors.
 func (o *observer[T]) leaseFailed(ctx context.Context, t errType) {
-	switch t {
-	case errCanceled:
-		o.c.canceled.Add(1)
-	case errTimeout:
-		o.c.timeouts.Add(1)
-	case errExhausted:
-		o.c.refused.Add(1)
-	}
-	if o.m != nil {
-		o.m.leaseErrors.Add(ctx, 1, o.m.errAdd[t]...)
-	}
+	o.c.failed[t].Add(1)
+	o.m.inc(ctx, figLeaseErrors, int(t))
 }
 
-// created counts a successful factory call.
-func (o *observer[T]) created(ctx context.Context) {
-	o.c.mu.Lock()
-	o.c.created++
-	o.c.mu.Unlock()
-	if o.m != nil {
-		o.m.created.Add(ctx, 1, o.m.add...)
-	}
-}
-
-// stamp reads the clock for a measurement starting now; 0 without metrics.
-func (o *observer[T]) stamp() int64 {
-	if o.m == nil {
+// stamp reads the clock for a measurement starting now, if need (metrics
+// are recorded, or a traced lease's step timed); else it returns 0.
+func (o *observer[T]) stamp(need bool) int64 {
+	if !need {
 		return 0
 	}
 	return o.clk.now()
@@ -134,44 +85,30 @@ func (o *observer[T]) factoryCalled(ctx context.Context, start int64, failed boo
 		o.c.createFails.Add(1)
 	}
 	if o.m != nil {
-		o.m.createTime.Record(ctx, seconds(o.clk.now()-start), o.m.rec...)
+		o.took(ctx, figCreateTime, start)
 	}
 }
 
 // measuring reports whether the pool records metrics.
 func (o *observer[T]) measuring() bool { return o.m != nil }
 
-// checkTimed times a check begun at start (stamp), however it ended.
-func (o *observer[T]) checkTimed(ctx context.Context, start int64) {
-	o.m.prepTime.Record(ctx, seconds(o.clk.now()-start), o.m.rec...)
-}
-
 // checkFailed counts a failed check.
 func (o *observer[T]) checkFailed(ctx context.Context) {
 	o.c.prepareFail.Add(1)
-	if o.m != nil {
-		o.m.prepErrors.Add(ctx, 1, o.m.add...)
-	}
+	o.m.inc(ctx, figPrepErrors, 0)
 }
 
 // destroyed counts one destruction, for why, and whether Destroy failed.
 func (o *observer[T]) destroyed(why reason, failed bool) {
 	o.c.mu.Lock()
-	switch why {
-	case reasonIdle:
-		o.c.idleExpired++
-	case reasonLifetime:
-		o.c.lifetimeExpired++
-	case reasonUses:
-		o.c.usesExpired++
-	}
-	o.c.destroyed++
+	o.c.destroyed[why]++
 	if failed {
 		o.c.destroyFails++
 	}
 	o.c.mu.Unlock()
-	if o.m != nil {
-		o.m.itemDestroyed(why, failed)
+	o.m.inc(context.Background(), figDestroyed, int(why))
+	if failed {
+		o.m.inc(context.Background(), figDestroyErrors, 0)
 	}
 }
 
@@ -199,11 +136,8 @@ func (o *observer[T]) sampleUse(e *entry[T]) {
 
 // lent records a queued slow lease's wait, and samples e's use_time if k is.
 func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *leaseTimes) {
-	if o.m == nil {
-		return
-	}
-	if lt.queued {
-		o.m.waitTime.Record(ctx, lt.wait.Seconds(), o.m.rec...)
+	if lt.queued && o.m != nil {
+		o.m.hist[figWaitTime].Record(ctx, lt.wait.Seconds(), o.m.rec...)
 	}
 	if o.sampled(k) {
 		o.sampleUse(e)
@@ -215,7 +149,7 @@ func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *lease
 func (o *observer[T]) leaseEnded(e *entry[T]) {
 	w := e.atEnd.Load()
 	if w&atEndSampled != 0 {
-		o.m.useTime.Record(context.Background(), seconds(o.clk.now()-e.useFrom), o.m.rec...)
+		o.took(context.Background(), figUseTime, e.useFrom)
 		e.atEnd.And(^uint32(atEndSampled))
 	}
 	if w&atEndReported != 0 {
@@ -226,26 +160,37 @@ func (o *observer[T]) leaseEnded(e *entry[T]) {
 	}
 }
 
-// watch makes e's records as its creation ends: lease record and trace
-// state as the options ask, its cleanup (leaks.go), its registry place.
-func (o *observer[T]) watch(e *entry[T]) {
+// watch counts e's creation, a successful factory call, and makes e's
+// records as the creation ends: lease record and registry place, and trace
+// state, as the options ask; its cleanup (leaks.go), once, after e.rec,
+// stopped by forget. The cleanup's leakArg reaches neither e (that would
+// keep it alive) nor the pool (which reaches its idle entries), only the
+// leakSink, which holds the pool weakly, and e.rec.
+func (o *observer[T]) watch(ctx context.Context, e *entry[T]) {
+	o.c.mu.Lock()
+	o.c.created++
+	o.c.mu.Unlock()
+	o.m.inc(ctx, figCreated, 0)
 	if o.recorded() {
 		e.rec = new(leaseRecord)
+		e.self = weak.Make(e)
+		o.reg.mu.Lock()
+		o.reg.all[e.self] = struct{}{}
+		o.reg.mu.Unlock()
 	}
 	if o.tracer != nil {
 		e.trace = new(traceState)
 	}
-	detectLeak(o.leaks, e)
-	if e.rec != nil {
-		o.reg.add(e)
-	}
+	e.cleanup = runtime.AddCleanup(e, leakFound, leakArg{sink: o.leakSink, rec: e.rec})
 }
 
 // forget lets go of e as its destruction or Detach begins: no lease, no leak.
 func (o *observer[T]) forget(e *entry[T]) {
 	e.cleanup.Stop()
 	if e.rec != nil {
-		o.reg.remove(e)
+		o.reg.mu.Lock()
+		delete(o.reg.all, e.self)
+		o.reg.mu.Unlock()
 	}
 }
 
@@ -261,48 +206,15 @@ func (o *observer[T]) forget(e *entry[T]) {
 // at once. An item between leases (judged, reset, destroyed) has no record
 // for its generation.
 
-// registry is every recorded entry in existence, held weakly.
+// registry is every recorded entry in existence, held weakly: watch adds
+// an entry, forget removes it, and scan lists them. New makes all.
 type registry[T any] struct {
 	mu  sync.Mutex
 	all map[weak.Pointer[entry[T]]]struct{}
 }
 
-func (r *registry[T]) add(e *entry[T]) {
-	e.self = weak.Make(e)
-	r.mu.Lock()
-	if r.all == nil {
-		r.all = make(map[weak.Pointer[entry[T]]]struct{})
-	}
-	r.all[e.self] = struct{}{}
-	r.mu.Unlock()
-}
-
-func (r *registry[T]) remove(e *entry[T]) {
-	r.mu.Lock()
-	delete(r.all, e.self)
-	r.mu.Unlock()
-}
-
-// list appends every registered entry to buf, and forgets those the
-// garbage collector has taken: leaked leases, which their cleanups report.
-func (r *registry[T]) list(buf []*entry[T]) []*entry[T] {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for wp := range r.all {
-		if e := wp.Value(); e != nil {
-			buf = append(buf, e)
-		} else {
-			delete(r.all, wp)
-		}
-	}
-	return buf
-}
-
-// scanBufs are a scan's buffers, kept by the keeper, emptied between scans (drop).
-type scanBufs[T any] struct {
-	es   []*entry[T]
-	seen []sighting[T]
-}
+// scanBufs is a scan's buffer, kept by the keeper, emptied between scans (drop).
+type scanBufs[T any] []sighting[T]
 
 // sighting is what a scan saw of one entry.
 type sighting[T any] struct {
@@ -314,27 +226,37 @@ type sighting[T any] struct {
 
 // drop lets go of the last scan's entries, so it keeps none alive.
 func (b *scanBufs[T]) drop() {
-	clear(b.es)
-	clear(b.seen)
-	b.es, b.seen = b.es[:0], b.seen[:0]
+	clear(*b)
+	*b = (*b)[:0]
 }
 
-// scan finds the recorded leases out in two passes; the caller drops b.
+// scan finds the recorded leases out in two passes, after listing the
+// registered entries, forgetting those the garbage collector has taken
+// (leaked leases, which their cleanups report); the caller drops b.
 func (o *observer[T]) scan(b *scanBufs[T]) ([]sighting[T], int64) {
-	b.es = o.reg.list(b.es)
-	for _, e := range b.es {
-		x := sighting[T]{e: e, gen: e.gen.Load()}
-		x.at, x.out = e.rec.startOf(x.gen)
-		b.seen = append(b.seen, x)
-		if testSighted != nil {
-			testSighted(e)
+	o.reg.mu.Lock()
+	for wp := range o.reg.all {
+		if e := wp.Value(); e != nil {
+			*b = append(*b, sighting[T]{e: e})
+		} else {
+			delete(o.reg.all, wp)
 		}
 	}
-	for i := range b.seen {
-		x := &b.seen[i]
+	o.reg.mu.Unlock()
+	seen := *b
+	for i := range seen {
+		x := &seen[i]
+		x.gen = x.e.gen.Load()
+		x.at, x.out = x.e.rec.startOf(x.gen)
+		if testSighted != nil {
+			testSighted(x.e)
+		}
+	}
+	for i := range seen {
+		x := &seen[i]
 		x.out = x.out && x.e.gen.Load() == x.gen
 	}
-	return b.seen, o.clk.now()
+	return seen, o.clk.now()
 }
 
 // testSighted, set by tests only, runs after the first pass reads an entry.
@@ -355,8 +277,7 @@ func (o *observer[T]) outstanding() []LeaseInfo {
 	if !o.recorded() {
 		return nil
 	}
-	var b scanBufs[T]
-	defer b.drop()
+	var b scanBufs[T] // garbage once it returns: no need to drop it
 	seen, now := o.scan(&b)
 	out := []LeaseInfo{}
 	for _, x := range seen {
@@ -366,18 +287,6 @@ func (o *observer[T]) outstanding() []LeaseInfo {
 	}
 	slices.SortStableFunc(out, func(a, b LeaseInfo) int { return cmp.Compare(b.Age, a.Age) })
 	return out
-}
-
-// record notes l's start and, sited, where: walked under the lock, into the record.
-func (o *observer[T]) record(l Lease[T]) {
-	r := l.e.rec
-	r.start.Store(startWord(o.clk.now(), l.gen))
-	if o.sited {
-		r.mu.Lock()
-		r.lease = l.gen + 1
-		r.n = runtime.Callers(leakSiteSkip, r.pcs[:])
-		r.mu.Unlock()
-	}
 }
 
 // # LeakThreshold's reports
@@ -421,15 +330,14 @@ func (o *observer[T]) followAll(b *scanBufs[T], done context.Context, apart func
 // marked reported, then given to OnLeak apart from the keeper, so a lease
 // that OnLeak's report leads to end logs its end in its own Release.
 func (o *observer[T]) reportHeld(x *sighting[T], age time.Duration, apart func(func())) {
-	e, stack := x.e, ""
-	if o.sited {
-		stack = e.rec.stackOf(x.gen)
-	}
+	e, stack := x.e, x.e.rec.stackOf(x.gen)
 	o.c.longLeases.Add(1)
-	if o.m != nil {
-		o.m.long.Add(context.Background(), 1, o.m.add...)
+	o.m.inc(context.Background(), figLong, 0)
+	attrs := []slog.Attr{slog.Duration("age", age)}
+	if stack != "" {
+		attrs = append(attrs, slog.String("stack", stack))
 	}
-	o.logHeld(slog.LevelWarn, "a lease has been held longer than LeakThreshold", age, stack)
+	o.log(slog.LevelWarn, "a lease has been held longer than LeakThreshold", nil, attrs...)
 	e.rec.reported.Store(x.gen + 1)
 	e.atEnd.Or(atEndReported)
 	if e.gen.Load() != x.gen {
@@ -437,7 +345,14 @@ func (o *observer[T]) reportHeld(x *sighting[T], age time.Duration, apart func(f
 	}
 	if on := o.onLeak; on != nil {
 		r := LeakReport{Pool: o.name, Age: age, Stack: stack, Held: true}
-		apart(func() { o.callOnLeak(on, r) })
+		apart(func() {
+			defer func() { // a panic has nobody to reach: logged, dropped
+				if v := recover(); v != nil {
+					o.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", o.name, newPanicError(v)))
+				}
+			}()
+			on(r)
+		})
 	}
 }
 
@@ -445,30 +360,18 @@ func (o *observer[T]) reportHeld(x *sighting[T], age time.Duration, apart func(f
 // begun at at and reported as held, unless that has been logged already.
 func (o *observer[T]) reportedEnded(e *entry[T], gen uint64, at int64) {
 	if e.rec.reported.CompareAndSwap(gen+1, 0) {
-		o.logHeld(slog.LevelInfo, "a lease reported as held past LeakThreshold has ended", time.Duration(max(o.clk.now()-at, 0)), "")
+		o.log(slog.LevelInfo, "a lease reported as held past LeakThreshold has ended", nil, slog.Duration("age", time.Duration(max(o.clk.now()-at, 0))))
 	}
-}
-
-// callOnLeak calls OnLeak, logging and dropping a panic: it has nobody to reach.
-func (o *observer[T]) callOnLeak(on func(LeakReport), r LeakReport) {
-	defer func() {
-		if v := recover(); v != nil {
-			o.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", o.name, newPanicError(v)))
-		}
-	}()
-	on(r)
 }
 
 // # Traces
 
 // endTrace reads e's traced lease as it ends; zero without a Tracer.
-func (o *observer[T]) endTrace(e *entry[T]) tracedEnd {
-	if e.trace == nil || e.trace.ctx == nil {
-		return tracedEnd{}
+func (o *observer[T]) endTrace(e *entry[T]) (t tracedEnd) {
+	if st := e.trace; st != nil && st.ctx != nil {
+		t = tracedEnd{ctx: st.ctx, held: time.Duration(max(o.clk.now()-st.at, 0))}
+		st.ctx = nil
 	}
-	st := e.trace
-	t := tracedEnd{ctx: st.ctx, held: time.Duration(max(o.clk.now()-st.at, 0))}
-	st.ctx = nil
 	return t
 }
 
@@ -479,15 +382,7 @@ func (o *observer[T]) released(t tracedEnd, how string) {
 	}
 }
 
-// startTimer reads the clock for a traced lease's step; 0 if not traced.
-func (o *observer[T]) startTimer(lt *leaseTimes) int64 {
-	if !lt.traced {
-		return 0
-	}
-	return o.clk.now()
-}
-
-// stopTimer adds to d the time since start, lt's startTimer, when traced.
+// stopTimer adds to d the time since start, stamp(lt.traced), when traced.
 func (o *observer[T]) stopTimer(lt *leaseTimes, start int64, d *time.Duration) {
 	if lt.traced {
 		*d += time.Duration(max(o.clk.now()-start, 0))

@@ -141,15 +141,15 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	// its end: the cleanup holds the cancel function, not the pool.
 	runtime.AddCleanup(p, func(cancel context.CancelFunc) { cancel() }, p.cancel)
 
+	wp := p.self
 	p.ob = observer[T]{
-		name: opts.Name, clk: p.clk, logger: opts.Logger, tracer: opts.Tracer, onLeak: opts.OnLeak,
-		threshold: int64(opts.LeakThreshold), sited: opts.TrackLeaseSites, m: m,
+		logger: opts.Logger, tracer: opts.Tracer, threshold: int64(opts.LeakThreshold), sited: opts.TrackLeaseSites, m: m,
+		reg:      registry[T]{all: make(map[weak.Pointer[entry[T]]]struct{})},
+		leakSink: &leakSink{alive: func() bool { return wp.Value() != nil }, name: opts.Name, clk: p.clk, onLeak: opts.OnLeak, m: m},
 	}
 	if m != nil {
 		p.ob.sampleBelow = useSampleBelow
 	}
-	wp := p.self
-	p.ob.leaks = newLeakSink(func() bool { return wp.Value() != nil }, p.clk, opts.Name, opts.OnLeak, m)
 	p.g.init(opts, exhaustedFor(&opts, opts.MaxSize))
 	p.ds = destroyer[T]{destroy: opts.Destroy, timeout: opts.DestroyTimeout, name: opts.Name, g: &p.g, ob: &p.ob}
 	p.ex = expiry[T]{

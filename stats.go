@@ -81,14 +81,13 @@ type Stats struct {
 // counters are the Stats figures not derived from the gate (gate.counts) or
 // the ring's slots (Leases, Waits, WaitTime): no figure is kept twice.
 type counters struct {
-	timeouts, canceled, refused, prepareFail, createFails atomic.Uint64
-	longLeases                                            atomic.Uint64
+	failed                               [numErrTypes]atomic.Uint64 // failed leases, by error.type
+	prepareFail, createFails, longLeases atomic.Uint64
 
 	// The item counts are changed and read under mu, keeping Stats' relations.
-	mu                                         sync.Mutex
-	created, destroyed, detached               uint64
-	idleExpired, lifetimeExpired, destroyFails uint64
-	usesExpired                                uint64
+	mu                              sync.Mutex
+	destroyed                       [numReasons]uint64 // by reason: Destroyed is their sum
+	created, detached, destroyFails uint64
 }
 
 // Stats returns a snapshot of the pool's figures.
@@ -116,13 +115,15 @@ func (p *Pool[T]) Stats() Stats {
 // stats fills in the figures the observer counts.
 func (o *observer[T]) stats(s *Stats) {
 	c := &o.c
-	s.Timeouts, s.Canceled, s.Refused = c.timeouts.Load(), c.canceled.Load(), c.refused.Load()
+	s.Timeouts, s.Canceled, s.Refused = c.failed[errTimeout].Load(), c.failed[errCanceled].Load(), c.failed[errExhausted].Load()
 	s.PrepareFailed, s.CreateErrors = c.prepareFail.Load(), c.createFails.Load()
-	s.Leaked, s.LongLeases = o.leaks.leaked.Load(), c.longLeases.Load()
+	s.Leaked, s.LongLeases = o.leaked.Load(), c.longLeases.Load()
 	c.mu.Lock()
-	s.Created, s.Destroyed, s.Detached = c.created, c.destroyed, c.detached
-	s.IdleExpired, s.LifetimeExpired, s.DestroyErrors = c.idleExpired, c.lifetimeExpired, c.destroyFails
-	s.UsesExpired = c.usesExpired
+	s.Created, s.Detached, s.DestroyErrors = c.created, c.detached, c.destroyFails
+	for _, n := range c.destroyed {
+		s.Destroyed += n
+	}
+	s.IdleExpired, s.LifetimeExpired, s.UsesExpired = c.destroyed[reasonIdle], c.destroyed[reasonLifetime], c.destroyed[reasonUses]
 	c.mu.Unlock()
 }
 

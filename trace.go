@@ -91,15 +91,6 @@ type traceState struct {
 // errLeaseEscaped is the Err of a traced lease that user code ended.
 var errLeaseEscaped = errors.New("pool: the lease did not return: code it called (the factory, the Preparer) panicked or called runtime.Goexit")
 
-// traceStep is how far leaseTraced got when a panic or Goexit ended it.
-type traceStep uint8
-
-const (
-	stepLeasing   traceStep = iota // in the lease: LeaseEnd is still due
-	stepReporting                  // in LeaseEnd for a granted lease: the lease is still out
-	stepDone                       // LeaseEnd has been called (and, for a granted lease, returned)
-)
-
 // leaseAtEdge runs, leakSiteSkip frames below the caller of Lease, TryLease
 // or Do, the lease of a slowLease pool: traced, recorded, or judged.
 func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T], err error) {
@@ -121,31 +112,29 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 		ctx = c
 	}
 	tm := leaseTimes{traced: true, judge: p.opts.judges()}
-	step := stepLeasing
+	leased, reported := false, false // the lease returned; then LeaseEnd did
 	defer func() {
-		switch step {
-		case stepLeasing: // the lease panicked, or called runtime.Goexit
+		switch {
+		case !leased: // the lease panicked, or called runtime.Goexit: LeaseEnd is still due
 			tr.LeaseEnd(ctx, LeaseTrace{Pool: p.opts.Name, Err: errLeaseEscaped, Wait: tm.wait, Create: tm.create, Prepare: tm.prepare})
-		case stepReporting: // LeaseEnd panicked, or called runtime.Goexit
+		case !reported && err == nil: // LeaseEnd panicked, or called runtime.Goexit: the lease is still out
 			l.e.trace.ctx = nil
 			l.Release()
 		}
 	}()
 	l, err = p.lease(ctx, wait, &tm)
+	leased = true
 	t := LeaseTrace{Pool: p.opts.Name, Err: err, Wait: tm.wait, Create: tm.create, Prepare: tm.prepare}
-	if err != nil {
-		step = stepDone
-		tr.LeaseEnd(ctx, t)
-		return l, err
+	if err == nil {
+		l.e.trace.ctx = ctx
+		t.Uses = l.Uses()
 	}
-	st := l.e.trace
-	st.ctx = ctx
-	t.Uses = l.Uses()
-	step = stepReporting
 	tr.LeaseEnd(ctx, t)
-	step = stepDone
-	st.at = p.clk.now() // the lease's return, from which Held counts
-	return l, nil
+	reported = true
+	if err == nil {
+		l.e.trace.at = p.clk.now() // the lease's return, from which Held counts
+	}
+	return l, err
 }
 
 // tracedEnd is read before the item moves on: a next lease rewrites its trace.
