@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"sync"
@@ -30,7 +31,6 @@ type keeper[T any] struct {
 
 	upkeepEvery time.Duration // UpkeepInterval; 0: no upkeep
 	watchEvery  time.Duration // LeakThreshold's scans; 0: none
-	fillLimit   time.Duration // the creations' longest backoff
 
 	wake  chan struct{} // cap 1: an ask
 	wants atomic.Uint32 // what the asks want created: the want* bits
@@ -65,27 +65,21 @@ const (
 // goroutineWeight is the keeper's goroutine's share of keeper.running.
 const goroutineWeight = 1 << 32
 
-// upkeepTestHooks, for tests: scheduled sees each wait before a round.
-var upkeepTestHooks struct {
-	scheduled func(time.Duration)
-}
+// upkeepScheduled, for tests, sees each wait before a round.
+var upkeepScheduled func(time.Duration)
 
-// maxSeedBackoff bounds the creations' backoff without the upkeep.
+// maxSeedBackoff bounds the creations' backoff without the upkeep (with it,
+// UpkeepInterval does).
 const maxSeedBackoff = 30 * time.Second
 
 func newKeeper[T any](p *Pool[T]) *keeper[T] {
-	k := &keeper[T]{
+	return &keeper[T]{
 		self: p.self, done: p.done, clk: p.clk,
 		upkeepEvery: p.opts.UpkeepInterval,
 		watchEvery:  p.ob.watchEvery(),
-		fillLimit:   maxSeedBackoff,
 		wake:        make(chan struct{}, 1),
 		stopped:     make(chan struct{}),
 	}
-	if k.upkeepEvery > 0 {
-		k.fillLimit = k.upkeepEvery
-	}
-	return k
 }
 
 // start starts the goroutine once; the first round and scan wait an interval.
@@ -134,19 +128,16 @@ func (k *keeper[T]) run() {
 	defer t.Stop()
 	for {
 		select {
-		case <-k.done.Done():
-			returned = true
-			return
+		case <-k.done.Done(): // turnOn refuses
 		case <-k.wake:
 		case <-t.C:
 		}
-		p := k.self.Value()
-		if p == nil || !k.turnOn(p) {
-			returned = true
-			return
+		if p := k.self.Value(); p == nil || !k.turnOn(p) {
+			break
 		}
 		t.Reset(k.next(time.Now()))
 	}
+	returned = true
 }
 
 // ended counts work of the keeper's that has ended.
@@ -204,10 +195,8 @@ func (k *keeper[T]) wait(ctx context.Context, onKeeper bool) error {
 	if onKeeper || k.started.CompareAndSwap(false, true) {
 		return nil // or never started, and now never will
 	}
-	select {
-	case <-k.stopped:
+	if awaitOr(ctx, k.stopped) == nil {
 		return nil
-	case <-ctx.Done():
 	}
 	if k.running.Load()%goroutineWeight == 0 && k.turn.TryLock() {
 		// No turn runs, and none can start: the goroutine is returning.
@@ -234,8 +223,8 @@ func (k *keeper[T]) upkeep(p *Pool[T]) {
 	}
 	wait := max(next-time.Duration(k.clk.now()-start), 0)
 	k.upkeepAt = time.Now().Add(wait)
-	if upkeepTestHooks.scheduled != nil {
-		upkeepTestHooks.scheduled(wait)
+	if upkeepScheduled != nil {
+		upkeepScheduled(wait)
 	}
 }
 
@@ -316,11 +305,8 @@ func spread(d time.Duration) time.Duration {
 // owed bits, retried with backoff (but a refill); failures are logged.
 func (k *keeper[T]) fill(p *Pool[T], now time.Time) {
 	d := k.wants.Swap(0) | k.owed
-	if d == 0 {
-		return
-	}
-	if k.owed != 0 && now.Before(k.fillAt) {
-		k.owed = d
+	if d == 0 || k.owed != 0 && now.Before(k.fillAt) {
+		k.owed = d // nothing to do, or backing off
 		return
 	}
 	k.owed = d &^ wantRefill // until the round returns: a Goexit leaves them owed
@@ -329,7 +315,7 @@ func (k *keeper[T]) fill(p *Pool[T], now time.Time) {
 		k.fillBackoff = 0
 		return
 	}
-	k.fillBackoff = backoff(k.fillBackoff, k.fillLimit)
+	k.fillBackoff = backoff(k.fillBackoff, cmp.Or(k.upkeepEvery, maxSeedBackoff))
 	k.fillAt = time.Now().Add(k.fillBackoff)
 }
 
@@ -362,24 +348,9 @@ func (k *keeper[T]) spares(p *Pool[T]) bool {
 	return p.mk.fill(idleItems, p.opts.MinIdle, "spares")
 }
 
-// seed runs up to seedParallelism fills at once toward MinSize items; false
-// when one failed, or all stopped short with leases queued to create.
+// seed runs seedAll's creations toward MinSize items; false when they
+// stopped short: a failure, the pool down, or leases queued to create.
 func (k *keeper[T]) seed(p *Pool[T]) bool {
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	for range min(p.opts.MinSize, seedParallelism, p.g.creationsCap()) {
-		wg.Add(1)
-		k.apart(func() {
-			ok := false
-			defer func() {
-				if !ok { // a failure, or a Goexit in the factory
-					failed.Store(true)
-				}
-				wg.Done()
-			}()
-			ok = p.mk.fill(allItems, p.opts.MinSize, "seed")
-		})
-	}
-	wg.Wait()
-	return !failed.Load() && !p.g.short(p.opts.MinSize)
+	p.mk.seedAll(p.opts.MinSize, k.apart, func() bool { return p.mk.createIdle("seed") })
+	return !p.g.short(p.opts.MinSize)
 }
