@@ -70,21 +70,18 @@ func (m *maker[T]) seed(ctx context.Context, n int) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var first atomic.Pointer[creation[T]]
-	m.seedAll(n, func(f func()) { go f() }, func() (ok bool) {
+	m.seedAll(n, func(f func()) { go f() }, func() bool {
 		c := &creation[T]{panicVal: errFactoryGoexit}
+		defer m.finish(c, "") // no log: New returns the failure
 		defer func() {
-			if v := recover(); v != nil {
-				c.panicVal = newPanicError(v)
-			}
 			if c.err != nil || c.panicVal != nil {
 				first.CompareAndSwap(nil, c)
-				cancel() // before settle frees the permit: no creation starts after
+				cancel() // before finish frees the permit: no creation starts after
 			}
-			ok = m.settle(c, "") == nil
 		}()
 		c.e, c.err = m.seedCall(ctx, sctx)
 		c.panicVal = nil
-		return
+		return c.err == nil
 	})
 	c := first.Load()
 	if c == nil {
@@ -114,7 +111,7 @@ func (m *maker[T]) seedCall(ctx, sctx context.Context) (*entry[T], error) {
 }
 
 // creation is one factory call: a lease's, which its caller may abandon, or
-// one made for nobody (settle).
+// one made for nobody (finish).
 type creation[T any] struct {
 	// claimed: by the caller giving up (abandoned) or by finish (the result
 	// taken), whichever comes first; the winner owns the permit.
@@ -173,7 +170,7 @@ func (m *maker[T]) createAsync(ctx context.Context, c *creation[T]) {
 }
 
 // createIdle creates an item for the caller's bare permit and hands it on
-// (settle); false on failure, panic or Goexit.
+// (finish); false on failure, panic or Goexit.
 func (m *maker[T]) createIdle(who string) bool {
 	c := &creation[T]{panicVal: errFactoryGoexit}
 	defer m.finish(c, who+": create item")
@@ -182,9 +179,12 @@ func (m *maker[T]) createIdle(who string) bool {
 	return c.err == nil
 }
 
-// finish, deferred by the creating goroutine, ends c: it records a panic (a
-// Goexit leaves panicVal as it was: recover returns nil for one); a caller
-// still waiting takes the result, else settle ends c, logging msg.
+// finish, deferred by the creating goroutine, ends c. It records a panic
+// (a Goexit leaves panicVal as it was: recover returns nil for one). A
+// caller still waiting takes the result; else c was made for nobody: its
+// item is handed on, or its permit freed and its failure (a panic's as an
+// error) logged as msg, but one that Close caused, or the down Warn said,
+// or that New returns (msg empty). Then its turn ends.
 func (m *maker[T]) finish(c *creation[T], msg string) {
 	if v := recover(); v != nil {
 		c.panicVal = newPanicError(v)
@@ -194,27 +194,18 @@ func (m *maker[T]) finish(c *creation[T], msg string) {
 		close(c.done)
 		return
 	}
-	m.settle(c, msg)
-}
-
-// settle ends a creation made for nobody: its item is handed on, or its
-// permit freed and its failure (a panic's as an error) logged as msg, but
-// one that Close caused, or the down Warn said, or that New returns (msg
-// empty); then its turn ends. It returns the failure.
-func (m *maker[T]) settle(c *creation[T], msg string) error {
 	defer m.g.createEnded()
 	if c.panicVal != nil {
 		c.err = fmt.Errorf("pool %q: create item: the factory panicked: %w", m.name, asError(c.panicVal))
 	}
 	if c.err == nil {
 		m.pool.giveBackToGate(c.e)
-		return nil
+		return
 	}
 	if msg != "" && !errors.Is(c.err, ErrClosed) && !m.g.isDown() {
 		m.ob.warn(msg, c.err)
 	}
 	m.g.free()
-	return c.err
 }
 
 // createCall calls the factory in its own context (see maker).
@@ -227,18 +218,16 @@ func (m *maker[T]) createCall(ctx context.Context) (*entry[T], error) {
 		return nil, m.errClosed // no factory call starts once Close has begun
 	}
 	e, err := m.newEntry(cctx)
-	if err != nil {
-		err = ownCtxErr(err)
-	}
-	switch {
-	case err == nil:
+	if err == nil {
 		m.succeeded()
-	case m.done.Err() != nil:
-		return nil, fmt.Errorf("%w: %w", ErrClosed, err) // Close's cancellation: not the backend
-	default:
-		m.failed(err)
+		return e, nil
 	}
-	return e, err
+	err = ownCtxErr(err)
+	if m.done.Err() != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err) // Close's cancellation: not the backend
+	}
+	m.failed(err)
+	return nil, err
 }
 
 // withTimeout is ctx bounded by CreateTimeout, if set, with its cancel.
@@ -286,14 +275,6 @@ func (m *maker[T]) fill(count fillCount, n int, who string) bool {
 		}
 	}
 	return !m.g.isDown()
-}
-
-// probe creates one item while down, with a free permit even if leases wait.
-func (m *maker[T]) probe() bool {
-	if !m.g.isDown() {
-		return true
-	}
-	return m.g.tryAcquireFill(1, probeItem) && m.createIdle("probe")
 }
 
 // # Fail fast while the backend is down

@@ -27,7 +27,6 @@ import (
 type keeper[T any] struct {
 	self weak.Pointer[Pool[T]]
 	done context.Context // Close's
-	clk  *clock
 
 	upkeepEvery time.Duration // UpkeepInterval; 0: no upkeep
 	watchEvery  time.Duration // LeakThreshold's scans; 0: none
@@ -74,7 +73,7 @@ const maxSeedBackoff = 30 * time.Second
 
 func newKeeper[T any](p *Pool[T]) *keeper[T] {
 	return &keeper[T]{
-		self: p.self, done: p.done, clk: p.clk,
+		self: p.self, done: p.done,
 		upkeepEvery: p.opts.UpkeepInterval,
 		watchEvery:  p.ob.watchEvery(),
 		wake:        make(chan struct{}, 1),
@@ -213,7 +212,7 @@ func (k *keeper[T]) wait(ctx context.Context, onKeeper bool) error {
 // start (by the pool's clock), so an overlong round is followed at once;
 // after a failed round, sooner, backing off.
 func (k *keeper[T]) upkeep(p *Pool[T]) {
-	start := k.clk.now()
+	start := p.clk.now()
 	next := spread(k.upkeepEvery)
 	if k.upkeepRound(p) {
 		k.upkeepBackoff = 0
@@ -221,7 +220,7 @@ func (k *keeper[T]) upkeep(p *Pool[T]) {
 		k.upkeepBackoff = backoff(k.upkeepBackoff, k.upkeepEvery)
 		next = k.upkeepBackoff
 	}
-	wait := max(next-time.Duration(k.clk.now()-start), 0)
+	wait := max(next-time.Duration(p.clk.now()-start), 0)
 	k.upkeepAt = time.Now().Add(wait)
 	if upkeepScheduled != nil {
 		upkeepScheduled(wait)
@@ -231,7 +230,7 @@ func (k *keeper[T]) upkeep(p *Pool[T]) {
 // upkeepRound destroys expired idle items, checks those due, and creates
 // up to MinSize; false when a creation failed (logged), to retry sooner.
 func (k *keeper[T]) upkeepRound(p *Pool[T]) (ok bool) {
-	now := k.clk.now()
+	now := p.clk.now()
 	p.ex.sweep(now)
 	if p.ck.checksIdle() {
 		k.checkIdle(p, now)
@@ -252,37 +251,35 @@ func (k *keeper[T]) checkIdle(p *Pool[T], now int64) {
 		if e == nil {
 			return
 		}
-		if err := k.checkOne(p, e); err != nil {
-			if k.done.Err() == nil { // else Close cut it short: nothing went wrong
-				p.ob.warn("upkeep: an idle item failed its check", err)
-			}
-			continue
-		}
-		e.checkedAt = k.clk.now()
-		p.giveBackToGate(e)
+		k.checkOne(p, e)
 	}
 }
 
-// checkOne checks e, destroying it (freeing its permit) on failure, panic
-// or Goexit; a panic is returned as an error: the upkeep has no caller.
-func (k *keeper[T]) checkOne(p *Pool[T], e *entry[T]) (err error) {
+// checkOne checks e: a pass goes back idle; a failure, panic or Goexit
+// destroys it (freeing its permit) and, unless Close cut the check short,
+// is logged, a panic as an error: the upkeep has no caller.
+func (k *keeper[T]) checkOne(p *Pool[T], e *entry[T]) {
+	var err error
 	returned := false
 	defer func() {
-		if returned && err == nil {
-			return
-		}
 		if v := recover(); v != nil {
 			err = asError(newPanicError(v))
 		}
-		why := reasonPrepare
-		if k.done.Err() != nil {
-			why = reasonClose // Close cut the check short: not the item's fault
+		switch {
+		case returned && err == nil:
+			e.checkedAt = p.clk.now()
+			p.giveBackToGate(e)
+		case k.done.Err() != nil:
+			p.ds.later(e, reasonClose, nil) // not the item's fault
+		default:
+			if err != nil { // not a Goexit
+				p.ob.warn("upkeep: an idle item failed its check", err)
+			}
+			p.ds.later(e, reasonPrepare, nil)
 		}
-		p.ds.later(e, why, nil)
 	}()
 	err = p.ck.check(k.done, e)
 	returned = true
-	return err
 }
 
 // backoff: limit/16 after the first failure, doubling after each, up to limit.
@@ -321,7 +318,8 @@ func (k *keeper[T]) fill(p *Pool[T], now time.Time) {
 
 // fillRound fills for d and returns the bits to retry.
 func (k *keeper[T]) fillRound(p *Pool[T], d uint32) (owed uint32) {
-	if d&wantProbe != 0 && !p.mk.probe() {
+	// The probe: one item while down, with a free permit even if leases wait.
+	if d&wantProbe != 0 && p.g.isDown() && !(p.g.tryAcquireFill(1, probeItem) && p.mk.createIdle("probe")) {
 		return d // down still: the rest would not create
 	}
 	if d&wantSeed != 0 && !k.seed(p) {
