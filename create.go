@@ -18,10 +18,11 @@ import (
 // item is handed on or it fails and frees it; exactly one of caller and
 // creating goroutine owns it at any instant (creation.claimed). Its turn to
 // create (gate.creating), which Close waits for, ends with the factory
-// call (or create, if it calls none), or, once abandoned, when its item is
-// handed on. The factory's context keeps the caller's values, not its
-// cancellation; CreateTimeout bounds it and Close cancels it, so its
-// errors never match the caller's ctx (ownCtxErr).
+// call (or create, if it calls none), or, for a creation made for nobody
+// (abandoned, the keeper's, New's), once its item is handed on. The
+// factory's context keeps the caller's values, not its cancellation;
+// CreateTimeout bounds it and Close cancels it, so its errors never match
+// the caller's ctx (ownCtxErr); New's seeding keeps New's ctx (seedCall).
 type maker[T any] struct {
 	factory   Factory[T]
 	name      string
@@ -183,8 +184,9 @@ func (m *maker[T]) createIdle(who string) bool {
 // (a Goexit leaves panicVal as it was: recover returns nil for one). A
 // caller still waiting takes the result; else c was made for nobody: its
 // item is handed on, or its permit freed and its failure (a panic's as an
-// error) logged as msg, but one that Close caused, or the down Warn said,
-// or that New returns (msg empty). Then its turn ends.
+// error) logged as msg, but one that New returns (msg empty) and, in the
+// background, one that Close caused or the down Warn said. Then its turn
+// ends.
 func (m *maker[T]) finish(c *creation[T], msg string) {
 	if v := recover(); v != nil {
 		c.panicVal = newPanicError(v)
@@ -202,7 +204,7 @@ func (m *maker[T]) finish(c *creation[T], msg string) {
 		m.pool.giveBackToGate(c.e)
 		return
 	}
-	if msg != "" && !errors.Is(c.err, ErrClosed) && !m.g.isDown() {
+	if msg != "" && (c.done != nil || !errors.Is(c.err, ErrClosed) && !m.g.isDown()) {
 		m.ob.warn(msg, c.err)
 	}
 	m.g.free()
