@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -15,12 +16,13 @@ import (
 //
 // A creation holds a bare permit from before the factory call until its
 // item is handed on or it fails and frees it; exactly one of caller and
-// creating goroutine owns it at any instant (creation.state). Its turn to
+// creating goroutine owns it at any instant (creation.claimed). Its turn to
 // create (gate.creating), which Close waits for, ends with the factory
-// call (or create, if it calls none), or, once abandoned, when its item is
-// handed on. The factory's context keeps the caller's values, not its
-// cancellation; CreateTimeout bounds it and Close cancels it, so its
-// errors never match the caller's ctx (ownCtxErr).
+// call (or create, if it calls none), or, for a creation made for nobody
+// (abandoned, the keeper's, New's), once its item is handed on. The
+// factory's context keeps the caller's values, not its cancellation;
+// CreateTimeout bounds it and Close cancels it, so its errors never match
+// the caller's ctx (ownCtxErr); New's seeding keeps New's ctx (seedCall).
 type maker[T any] struct {
 	factory   Factory[T]
 	name      string
@@ -32,146 +34,130 @@ type maker[T any] struct {
 	clk       *clock
 	health    health
 
-	pool *Pool[T] // the pool its entries name, for their Lease handles
-	g    *gate[T]
-	ob   *observer[T]
-	ds   *destroyer[T]
-	ex   *expiry[T]
-	// handOn: Pool.giveBackToGate, for items made for nobody; askProbe: keeper.ask.
-	handOn   func(*entry[T])
-	askProbe func()
+	pool     *Pool[T] // the pool its entries name, which takes the items made for nobody
+	g        *gate[T]
+	ob       *observer[T]
+	ds       *destroyer[T]
+	ex       *expiry[T]
+	askProbe func() // keeper.ask, for a probe
 }
 
-// seedParallelism bounds concurrent seeding creations, so a large MinSize
-// does not dial one server that many times at once.
+// seedParallelism bounds the seeding's creations at once, New's and
+// SeedInBackground's, so a large MinSize does not dial one server that many
+// times at once.
 const seedParallelism = 32
 
-type seedResult[T any] struct {
-	e        *entry[T]
-	err      error
-	panicVal any // a *panicError, or errFactoryGoexit
+// seedAll runs up to seedParallelism workers (within MaxConcurrentCreates)
+// on goroutines of spawn's, each calling create for every bare permit that
+// tryAcquireFill grants it toward n items, until create reports false; it
+// returns once every worker has.
+func (m *maker[T]) seedAll(n int, spawn func(func()), create func() bool) {
+	var wg sync.WaitGroup
+	for range min(n, seedParallelism, m.g.creationsCap()) {
+		wg.Add(1)
+		spawn(func() {
+			defer wg.Done()
+			for m.g.tryAcquireFill(n, allItems) && create() {
+			}
+		})
+	}
+	wg.Wait()
 }
 
-// seed creates n idle items for New. The first failure cancels the rest
-// and destroys every item made; seed returns it, or re-raises a panic.
+// seed is New's seeding of n items: seedAll's creations under ctx, the first
+// failure canceling the rest; then every item made is destroyed and the
+// failure returned, or its panic (a Goexit's too) raised again.
 func (m *maker[T]) seed(ctx context.Context, n int) error {
-	if n == 0 {
-		return nil
-	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make(chan seedResult[T], n)
-	sem := make(chan struct{}, min(seedParallelism, m.g.creationsCap()))
-	for range n {
-		go m.seedOne(ctx, sctx, sem, results)
-	}
-	var first error
-	var panicVal any
-	for range n {
-		r := <-results
-		switch {
-		case r.panicVal != nil:
-			if panicVal == nil {
-				panicVal = r.panicVal
+	var first atomic.Pointer[creation[T]]
+	m.seedAll(n, func(f func()) { go f() }, func() bool {
+		c := &creation[T]{panicVal: errFactoryGoexit}
+		defer m.finish(c, "") // no log: New returns the failure
+		defer func() {
+			if c.err != nil || c.panicVal != nil {
+				first.CompareAndSwap(nil, c)
+				cancel() // before finish frees the permit: no creation starts after
 			}
-			cancel()
-		case r.err != nil:
-			if first == nil {
-				first = r.err
-			}
-			cancel()
-		default:
-			m.g.seed(r.e)
-		}
-	}
-	if first == nil && panicVal == nil {
+		}()
+		c.e, c.err = m.seedCall(ctx, sctx)
+		c.panicVal = nil
+		return c.err == nil
+	})
+	c := first.Load()
+	if c == nil {
 		return nil
 	}
 	es, _ := m.g.close() // New fails: nobody else has the pool
 	derr, _ := m.ds.all(context.Background(), es, reasonClose)
-	err := errors.Join(first, derr)
-	if panicVal != nil {
-		panic(panicVal)
+	if c.panicVal != nil {
+		panic(c.panicVal)
 	}
-	return err
+	return errors.Join(c.err, derr)
 }
 
-// seedOne is one of seed's creations, under sctx (canceled at the first
-// failure) and sem; it sends its result, a factory panic or Goexit too.
-func (m *maker[T]) seedOne(ctx, sctx context.Context, sem chan struct{}, results chan<- seedResult[T]) {
-	r := seedResult[T]{panicVal: errFactoryGoexit} // until the factory returns
-	defer func() {
-		if v := recover(); v != nil {
-			r.panicVal = newPanicError(v)
-		}
-		results <- r
-	}()
-	sem <- struct{}{}
-	defer func() { <-sem }()
+// seedCall is one of New's creations, under sctx (canceled at the first
+// failure) and CreateTimeout, none once sctx has ended; its errors match
+// ctx's sentinels only once ctx has ended.
+func (m *maker[T]) seedCall(ctx, sctx context.Context) (*entry[T], error) {
 	if err := sctx.Err(); err != nil {
-		r = seedResult[T]{err: err} // another creation failed: don't start
-		return
+		return nil, err // another creation failed: don't start
 	}
-	cctx, cancelCreate := sctx, context.CancelFunc(func() {})
-	if m.timeout > 0 {
-		cctx, cancelCreate = context.WithTimeout(sctx, m.timeout)
-	}
-	defer cancelCreate()
-	e, err := m.newEntry(cctx)
+	sctx, cancel := m.withTimeout(sctx)
+	defer cancel()
+	e, err := m.newEntry(sctx)
 	if err != nil && ctx.Err() == nil {
 		err = ownCtxErr(err) // CreateTimeout's, or the first failure's cancel: not New's ctx
 	}
-	r = seedResult[T]{e: e, err: err}
+	return e, err
 }
 
-// creation is one factory call that its caller may abandon.
+// creation is one factory call: a lease's, which its caller may abandon, or
+// one made for nobody (finish).
 type creation[T any] struct {
-	state atomic.Int32 // callRunning, then callTaken (by the finisher) or callAbandoned (by the caller)
-	done  chan struct{}
+	// claimed: by the caller giving up (abandoned) or by finish (the result
+	// taken), whichever comes first; the winner owns the permit.
+	claimed atomic.Bool
+	done    chan struct{} // a lease's: closed once the result is taken
 
 	// Written by the creating goroutine before it closes done.
 	e        *entry[T]
 	err      error
-	panicked bool
-	panicVal any // a *panicError, or errFactoryGoexit
+	panicVal any // a *panicError; errFactoryGoexit until the factory returns
 }
 
-// The states of a creation's factory call.
-const (
-	callRunning int32 = iota
-	callTaken
-	callAbandoned
-)
+// errFactoryGoexit is a waiting caller's panic when the factory called Goexit.
+var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
 
 // create makes an item for a caller holding a permit; if ctx can end, on a
 // goroutine of its own, which keeps the permit when the caller gives up
 // (abandonedIt). A factory panic reaches a caller still waiting.
 func (m *maker[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, err error) {
-	if err := ctx.Err(); err != nil {
-		m.g.createEnded()
-		return nil, false, err // gave up already: don't start a dial for nobody
+	if err = ctx.Err(); err == nil && m.g.isDown() {
+		err = m.backendDown()
 	}
-	if m.g.isDown() {
+	if err != nil {
 		m.g.createEnded()
-		return nil, false, m.backendDown()
+		return nil, false, err // gave up already, or down: don't start a dial
 	}
 	if ctx.Done() == nil {
-		e, err = m.createDetached(ctx) // nothing can abandon it
+		defer m.g.createEnded() // nothing can abandon it
+		e, err = m.createCall(ctx)
 		return e, false, err
 	}
-	c := &creation[T]{done: make(chan struct{})}
+	c := &creation[T]{done: make(chan struct{}), panicVal: errFactoryGoexit}
 	go m.createAsync(ctx, c)
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if c.state.CompareAndSwap(callRunning, callAbandoned) {
+		if c.claimed.CompareAndSwap(false, true) { // abandoned
 			// The creating goroutine owns the permit now.
 			return nil, true, ctx.Err()
 		}
 		<-c.done // finished at this instant: take the result
 	}
-	if c.panicked {
-		panic(c.panicVal) // a *panicError, with the factory's stack
+	if c.panicVal != nil {
+		panic(c.panicVal) // with the factory's stack
 	}
 	return c.e, false, c.err
 }
@@ -180,78 +166,79 @@ func (m *maker[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, e
 // deferred call, so a factory panic or Goexit still reaches the waiting
 // caller or frees the abandoned permit.
 func (m *maker[T]) createAsync(ctx context.Context, c *creation[T]) {
-	c.panicked = true // until createCall returns
-	defer func() {
-		if c.panicked {
-			if v := recover(); v != nil {
-				c.panicVal = newPanicError(v)
-			} else {
-				c.panicVal = errFactoryGoexit // recover returns nil for a Goexit
-			}
-		}
-		if c.state.CompareAndSwap(callRunning, callTaken) {
-			m.g.createEnded()
-			close(c.done)
-			return
-		}
-		defer m.g.createEnded()
-		m.adopt(c)
-	}()
+	defer m.finish(c, "a creation whose lease gave up failed")
 	c.e, c.err = m.createCall(ctx)
-	c.panicked = false
+	c.panicVal = nil
 }
 
-// errFactoryGoexit is a waiting caller's panic when the factory called Goexit.
-var errFactoryGoexit = errors.New("pool: the factory called runtime.Goexit")
+// createIdle creates an item for the caller's bare permit and hands it on
+// (finish); false on failure, panic or Goexit.
+func (m *maker[T]) createIdle(who string) bool {
+	c := &creation[T]{panicVal: errFactoryGoexit}
+	defer m.finish(c, who+": create item")
+	c.e, c.err = m.createCall(context.Background())
+	c.panicVal = nil
+	return c.err == nil
+}
 
-// adopt finishes an abandoned creation: a failure is logged and frees the
-// permit; an item is handed on as one made for nobody.
-func (m *maker[T]) adopt(c *creation[T]) {
-	if c.panicked || c.err != nil {
-		err := c.err
-		if c.panicked {
-			err = fmt.Errorf("pool %q: create item: the factory panicked: %w", m.name, c.panicVal.(error))
-		}
-		m.ob.warn("a creation whose lease gave up failed", err)
-		m.g.free()
+// finish, deferred by the creating goroutine, ends c. It records a panic
+// (a Goexit leaves panicVal as it was: recover returns nil for one). A
+// caller still waiting takes the result; else c was made for nobody: its
+// item is handed on, or its permit freed and its failure (a panic's as an
+// error) logged as msg, but one that New returns (msg empty) and, in the
+// background, one that Close caused or the down Warn said. Then its turn
+// ends.
+func (m *maker[T]) finish(c *creation[T], msg string) {
+	if v := recover(); v != nil {
+		c.panicVal = newPanicError(v)
+	}
+	if c.done != nil && c.claimed.CompareAndSwap(false, true) { // taken
+		m.g.createEnded()
+		close(c.done)
 		return
 	}
-	m.handOn(c.e)
-}
-
-// createDetached is createCall, and ends the caller's turn to create.
-func (m *maker[T]) createDetached(ctx context.Context) (*entry[T], error) {
 	defer m.g.createEnded()
-	return m.createCall(ctx)
+	if c.panicVal != nil {
+		c.err = fmt.Errorf("pool %q: create item: the factory panicked: %w", m.name, c.panicVal.(error))
+	}
+	if c.err == nil {
+		m.pool.giveBackToGate(c.e)
+		return
+	}
+	if msg != "" && (c.done != nil || !errors.Is(c.err, ErrClosed) && !m.g.isDown()) {
+		m.ob.warn(msg, c.err)
+	}
+	m.g.free()
 }
 
 // createCall calls the factory in its own context (see maker).
 func (m *maker[T]) createCall(ctx context.Context) (*entry[T], error) {
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cctx, cancel := m.withTimeout(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(m.done, cancel)
 	defer stop()
-	if m.timeout > 0 {
-		var cancelT context.CancelFunc
-		cctx, cancelT = context.WithTimeout(cctx, m.timeout)
-		defer cancelT()
-	}
 	if m.done.Err() != nil {
 		return nil, m.errClosed // no factory call starts once Close has begun
 	}
 	e, err := m.newEntry(cctx)
-	if err != nil {
-		err = ownCtxErr(err)
-	}
-	switch {
-	case err == nil:
+	if err == nil {
 		m.succeeded()
-	case m.done.Err() != nil:
-		return nil, fmt.Errorf("%w: %w", ErrClosed, err) // Close's cancellation: not the backend
-	default:
-		m.failed(err)
+		return e, nil
 	}
-	return e, err
+	err = ownCtxErr(err)
+	if m.done.Err() != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err) // Close's cancellation: not the backend
+	}
+	m.failed(err)
+	return nil, err
+}
+
+// withTimeout is ctx bounded by CreateTimeout, if set, with its cancel.
+func (m *maker[T]) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if m.timeout > 0 {
+		return context.WithTimeout(ctx, m.timeout)
+	}
+	return context.WithCancel(ctx)
 }
 
 // newEntry calls the factory and wraps its item, watched for leaks.
@@ -284,45 +271,12 @@ func (m *maker[T]) callFactory(ctx context.Context) (v T, err error) {
 // fill creates idle items, one at a time, while tryAcquireFill grants
 // permits; false on a failure or while down (only the probe creates then).
 func (m *maker[T]) fill(count fillCount, n int, who string) bool {
-	for {
-		if !m.g.tryAcquireFill(n, count) {
-			return !m.g.isDown()
-		}
+	for m.g.tryAcquireFill(n, count) {
 		if !m.createIdle(who) {
 			return false
 		}
 	}
-}
-
-// probe creates one item while down, with a free permit even if leases wait.
-func (m *maker[T]) probe() bool {
-	if !m.g.isDown() {
-		return true
-	}
-	return m.g.tryAcquireFill(1, probeItem) && m.createIdle("probe")
-}
-
-// createIdle creates an item for the caller's bare permit and hands it on;
-// on failure, panic or Goexit it frees the permit and reports false.
-func (m *maker[T]) createIdle(who string) (ok bool) {
-	var e *entry[T]
-	defer func() {
-		if e == nil {
-			if v := recover(); v != nil {
-				m.ob.warn(who+": create item", fmt.Errorf("pool %q: create item: the factory panicked: %w", m.name, newPanicError(v)))
-			}
-			m.g.free()
-		}
-	}()
-	var err error
-	if e, err = m.createDetached(context.Background()); err != nil {
-		if !errors.Is(err, ErrClosed) && !m.g.isDown() { // Close canceled it, or the down Warn said it
-			m.ob.warn(who+": create item", err)
-		}
-		return false
-	}
-	m.handOn(e)
-	return true
+	return !m.g.isDown()
 }
 
 // # Fail fast while the backend is down
@@ -352,11 +306,10 @@ func (m *maker[T]) failed(err error) {
 	n := m.health.inARow.Add(1)
 	if m.failAfter > 0 && n >= int64(m.failAfter) && !m.g.isDown() {
 		m.health.downAt.Store(at)
-		if !m.g.setDown(true) {
-			return
+		if m.g.setDown(true) {
+			m.ob.log(slog.LevelWarn, fmt.Sprintf("backend down: %d creations in a row failed; leases that must create fail fast until a creation in the background succeeds", n), err)
+			m.askProbe()
 		}
-		m.ob.log(slog.LevelWarn, fmt.Sprintf("backend down: %d creations in a row failed; leases that must create fail fast until a creation in the background succeeds", n), err)
-		m.askProbe()
 	}
 }
 

@@ -877,7 +877,7 @@ const ftChildEnv = "POOL_FT_CHILD"
 
 // TestFaultDestroyPanicOfAbandonedCreationAfterClose: an abandoned
 // creation that finishes after Close hands its item to its Destroy, which
-// runs on a goroutine of the pool's (createAsync → adopt → giveBack →
+// runs on a goroutine of the pool's (createAsync → finish →
 // giveBackToGate → destroyer.later), as every Destroy does (doc.go,
 // "Lifecycle of an item": Destroyed). Nobody can recover a panic there, so
 // it must not escape that goroutine, which would end the whole program:

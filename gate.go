@@ -637,13 +637,6 @@ func (g *gate[T]) refusedWhy() reason {
 	return reasonResize
 }
 
-// seed puts e idle: New's seeding, before anyone else can see the gate.
-func (g *gate[T]) seed(e *entry[T]) {
-	g.lock()
-	g.idle.push(e)
-	g.unlock()
-}
-
 // era is the count of Clears (see slots.era), read as a creation begins.
 func (g *gate[T]) era() uint64 { return g.slots.era.Load() }
 

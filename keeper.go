@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"sync"
@@ -26,11 +27,9 @@ import (
 type keeper[T any] struct {
 	self weak.Pointer[Pool[T]]
 	done context.Context // Close's
-	clk  *clock
 
 	upkeepEvery time.Duration // UpkeepInterval; 0: no upkeep
 	watchEvery  time.Duration // LeakThreshold's scans; 0: none
-	fillLimit   time.Duration // the creations' longest backoff
 
 	wake  chan struct{} // cap 1: an ask
 	wants atomic.Uint32 // what the asks want created: the want* bits
@@ -65,27 +64,21 @@ const (
 // goroutineWeight is the keeper's goroutine's share of keeper.running.
 const goroutineWeight = 1 << 32
 
-// upkeepTestHooks, for tests: scheduled sees each wait before a round.
-var upkeepTestHooks struct {
-	scheduled func(time.Duration)
-}
+// upkeepScheduled, for tests, sees each wait before a round.
+var upkeepScheduled func(time.Duration)
 
-// maxSeedBackoff bounds the creations' backoff without the upkeep.
+// maxSeedBackoff bounds the creations' backoff without the upkeep (with it,
+// UpkeepInterval does).
 const maxSeedBackoff = 30 * time.Second
 
 func newKeeper[T any](p *Pool[T]) *keeper[T] {
-	k := &keeper[T]{
-		self: p.self, done: p.done, clk: p.clk,
+	return &keeper[T]{
+		self: p.self, done: p.done,
 		upkeepEvery: p.opts.UpkeepInterval,
 		watchEvery:  p.ob.watchEvery(),
-		fillLimit:   maxSeedBackoff,
 		wake:        make(chan struct{}, 1),
 		stopped:     make(chan struct{}),
 	}
-	if k.upkeepEvery > 0 {
-		k.fillLimit = k.upkeepEvery
-	}
-	return k
 }
 
 // start starts the goroutine once; the first round and scan wait an interval.
@@ -134,19 +127,16 @@ func (k *keeper[T]) run() {
 	defer t.Stop()
 	for {
 		select {
-		case <-k.done.Done():
-			returned = true
-			return
+		case <-k.done.Done(): // turnOn refuses
 		case <-k.wake:
 		case <-t.C:
 		}
-		p := k.self.Value()
-		if p == nil || !k.turnOn(p) {
-			returned = true
-			return
+		if p := k.self.Value(); p == nil || !k.turnOn(p) {
+			break
 		}
 		t.Reset(k.next(time.Now()))
 	}
+	returned = true
 }
 
 // ended counts work of the keeper's that has ended.
@@ -204,10 +194,8 @@ func (k *keeper[T]) wait(ctx context.Context, onKeeper bool) error {
 	if onKeeper || k.started.CompareAndSwap(false, true) {
 		return nil // or never started, and now never will
 	}
-	select {
-	case <-k.stopped:
+	if awaitOr(ctx, k.stopped) == nil {
 		return nil
-	case <-ctx.Done():
 	}
 	if k.running.Load()%goroutineWeight == 0 && k.turn.TryLock() {
 		// No turn runs, and none can start: the goroutine is returning.
@@ -224,7 +212,7 @@ func (k *keeper[T]) wait(ctx context.Context, onKeeper bool) error {
 // start (by the pool's clock), so an overlong round is followed at once;
 // after a failed round, sooner, backing off.
 func (k *keeper[T]) upkeep(p *Pool[T]) {
-	start := k.clk.now()
+	start := p.clk.now()
 	next := spread(k.upkeepEvery)
 	if k.upkeepRound(p) {
 		k.upkeepBackoff = 0
@@ -232,17 +220,17 @@ func (k *keeper[T]) upkeep(p *Pool[T]) {
 		k.upkeepBackoff = backoff(k.upkeepBackoff, k.upkeepEvery)
 		next = k.upkeepBackoff
 	}
-	wait := max(next-time.Duration(k.clk.now()-start), 0)
+	wait := max(next-time.Duration(p.clk.now()-start), 0)
 	k.upkeepAt = time.Now().Add(wait)
-	if upkeepTestHooks.scheduled != nil {
-		upkeepTestHooks.scheduled(wait)
+	if upkeepScheduled != nil {
+		upkeepScheduled(wait)
 	}
 }
 
 // upkeepRound destroys expired idle items, checks those due, and creates
 // up to MinSize; false when a creation failed (logged), to retry sooner.
 func (k *keeper[T]) upkeepRound(p *Pool[T]) (ok bool) {
-	now := k.clk.now()
+	now := p.clk.now()
 	p.ex.sweep(now)
 	if p.ck.checksIdle() {
 		k.checkIdle(p, now)
@@ -263,37 +251,35 @@ func (k *keeper[T]) checkIdle(p *Pool[T], now int64) {
 		if e == nil {
 			return
 		}
-		if err := k.checkOne(p, e); err != nil {
-			if k.done.Err() == nil { // else Close cut it short: nothing went wrong
-				p.ob.warn("upkeep: an idle item failed its check", err)
-			}
-			continue
-		}
-		e.checkedAt = k.clk.now()
-		p.giveBackToGate(e)
+		k.checkOne(p, e)
 	}
 }
 
-// checkOne checks e, destroying it (freeing its permit) on failure, panic
-// or Goexit; a panic is returned as an error: the upkeep has no caller.
-func (k *keeper[T]) checkOne(p *Pool[T], e *entry[T]) (err error) {
+// checkOne checks e: a pass goes back idle; a failure, panic or Goexit
+// destroys it (freeing its permit) and, unless Close cut the check short,
+// is logged, a panic as an error: the upkeep has no caller.
+func (k *keeper[T]) checkOne(p *Pool[T], e *entry[T]) {
+	var err error
 	returned := false
 	defer func() {
-		if returned && err == nil {
-			return
-		}
 		if v := recover(); v != nil {
 			err = newPanicError(v)
 		}
-		why := reasonPrepare
-		if k.done.Err() != nil {
-			why = reasonClose // Close cut the check short: not the item's fault
+		switch {
+		case returned && err == nil:
+			e.checkedAt = p.clk.now()
+			p.giveBackToGate(e)
+		case k.done.Err() != nil:
+			p.ds.later(e, reasonClose, nil) // not the item's fault
+		default:
+			if err != nil { // not a Goexit
+				p.ob.warn("upkeep: an idle item failed its check", err)
+			}
+			p.ds.later(e, reasonPrepare, nil)
 		}
-		p.ds.later(e, why, nil)
 	}()
 	err = p.ck.check(k.done, e)
 	returned = true
-	return err
 }
 
 // backoff: limit/16 after the first failure, doubling after each, up to limit.
@@ -316,11 +302,8 @@ func spread(d time.Duration) time.Duration {
 // owed bits, retried with backoff (but a refill); failures are logged.
 func (k *keeper[T]) fill(p *Pool[T], now time.Time) {
 	d := k.wants.Swap(0) | k.owed
-	if d == 0 {
-		return
-	}
-	if k.owed != 0 && now.Before(k.fillAt) {
-		k.owed = d
+	if d == 0 || k.owed != 0 && now.Before(k.fillAt) {
+		k.owed = d // nothing to do, or backing off
 		return
 	}
 	k.owed = d &^ wantRefill // until the round returns: a Goexit leaves them owed
@@ -329,13 +312,14 @@ func (k *keeper[T]) fill(p *Pool[T], now time.Time) {
 		k.fillBackoff = 0
 		return
 	}
-	k.fillBackoff = backoff(k.fillBackoff, k.fillLimit)
+	k.fillBackoff = backoff(k.fillBackoff, cmp.Or(k.upkeepEvery, maxSeedBackoff))
 	k.fillAt = time.Now().Add(k.fillBackoff)
 }
 
 // fillRound fills for d and returns the bits to retry.
 func (k *keeper[T]) fillRound(p *Pool[T], d uint32) (owed uint32) {
-	if d&wantProbe != 0 && !p.mk.probe() {
+	// The probe: one item while down, with a free permit even if leases wait.
+	if d&wantProbe != 0 && p.g.isDown() && !(p.g.tryAcquireFill(1, probeItem) && p.mk.createIdle("probe")) {
 		return d // down still: the rest would not create
 	}
 	if d&wantSeed != 0 && !k.seed(p) {
@@ -362,24 +346,9 @@ func (k *keeper[T]) spares(p *Pool[T]) bool {
 	return p.mk.fill(idleItems, p.opts.MinIdle, "spares")
 }
 
-// seed runs up to seedParallelism fills at once toward MinSize items; false
-// when one failed, or all stopped short with leases queued to create.
+// seed runs seedAll's creations toward MinSize items; false when they
+// stopped short: a failure, the pool down, or leases queued to create.
 func (k *keeper[T]) seed(p *Pool[T]) bool {
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	for range min(p.opts.MinSize, seedParallelism, p.g.creationsCap()) {
-		wg.Add(1)
-		k.apart(func() {
-			ok := false
-			defer func() {
-				if !ok { // a failure, or a Goexit in the factory
-					failed.Store(true)
-				}
-				wg.Done()
-			}()
-			ok = p.mk.fill(allItems, p.opts.MinSize, "seed")
-		})
-	}
-	wg.Wait()
-	return !failed.Load() && !p.g.short(p.opts.MinSize)
+	p.mk.seedAll(p.opts.MinSize, k.apart, func() bool { return p.mk.createIdle("seed") })
+	return !p.g.short(p.opts.MinSize)
 }

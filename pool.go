@@ -169,7 +169,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 		factory: f, name: opts.Name, nillable: canBeNil(reflect.TypeFor[T]()), timeout: opts.CreateTimeout,
 		failAfter: opts.FailFastAfter, done: p.done, errClosed: p.errClosed, clk: p.clk,
 		pool: p, g: &p.g, ob: &p.ob, ds: &p.ds, ex: &p.ex,
-		handOn: p.giveBackToGate, askProbe: func() { p.kp.ask(wantProbe) },
+		askProbe: func() { p.kp.ask(wantProbe) },
 	}
 	p.slowLease = opts.Tracer != nil || p.ob.recorded() || opts.judges() || m != nil
 	p.slowRelease = opts.Reset != nil || opts.MaxUses > 0 || opts.stamps() || opts.Tracer != nil

@@ -291,13 +291,13 @@ func TestUpkeepRoundsStartAnIntervalApart(t *testing.T) {
 	clk := &fakeClock{}
 	waits := make(chan time.Duration, 64)
 	testClock = clk.now
-	upkeepTestHooks.scheduled = func(d time.Duration) {
+	upkeepScheduled = func(d time.Duration) {
 		select {
 		case waits <- d:
 		default:
 		}
 	}
-	t.Cleanup(func() { testClock, upkeepTestHooks.scheduled = nil, nil })
+	t.Cleanup(func() { testClock, upkeepScheduled = nil, nil })
 	var dial atomic.Int64 // how long a creation takes, on the fake clock
 	f := FactoryFunc[*conn](func(context.Context) (*conn, error) {
 		clk.advance(dial.Load())
@@ -415,13 +415,13 @@ func TestUpkeepGoesOnAfterGoexitInACallback(t *testing.T) {
 // the race detector sees the fault, so this fails under -race only.
 func TestUpkeepStartsBesideMinIdleWithoutARace(t *testing.T) {
 	rounds := make(chan struct{}, 1)
-	upkeepTestHooks.scheduled = func(time.Duration) {
+	upkeepScheduled = func(time.Duration) {
 		select {
 		case rounds <- struct{}{}:
 		default:
 		}
 	}
-	t.Cleanup(func() { upkeepTestHooks.scheduled = nil })
+	t.Cleanup(func() { upkeepScheduled = nil })
 	for round := range 20 {
 		p, _ := newTracked(t, Options[*conn]{MaxSize: 2, MinIdle: 1, UpkeepInterval: time.Millisecond})
 		recvOrFail(t, rounds, fmt.Sprintf("round %d: the upkeep's first round", round))
