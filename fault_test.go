@@ -367,9 +367,7 @@ func ftCheckWhole(t *testing.T, p *Pool[*faultItem], f *faults) {
 		f.unhold(l.Value())
 		l.Release()
 	}
-	f.unhangAll()
-	require.Eventually(t, func() bool { return f.hanging.Load() == 0 }, testWait, time.Millisecond,
-		"the unblocked Destroy calls return")
+	f.awaitUnhung(t)
 	awaitDestroys(t, p) // TryLease may have met expired items
 
 	s := p.Stats()

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ type leakSink struct {
 	alive  func() bool // false once the pool has been collected
 	name   string
 	clk    *clock
+	logger *slog.Logger
 	onLeak func(LeakReport)
 	m      *metrics      // the observer's, for pool.leases.leaked
 	leaked atomic.Uint64 // Stats.Leaked
@@ -76,7 +78,35 @@ func (s *leakSink) report(rec *leaseRecord) {
 		}
 		r.Stack = rec.stackOf(rec.lease - 1) // nobody writes it any more: the entry is unreachable
 	}
+	s.callOnLeak(r)
+}
+
+// callOnLeak calls OnLeak; a panic has nobody to reach: logged, dropped.
+func (s *leakSink) callOnLeak(r LeakReport) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", s.name, newPanicError(v)))
+		}
+	}()
 	s.onLeak(r)
+}
+
+// warn logs an error that has no caller.
+func (s *leakSink) warn(msg string, err error) { s.log(slog.LevelWarn, msg, err) }
+
+// log logs msg at level with attrs, and err unless nil. A handler's panic is
+// dropped: it must not crash the pool's goroutines or stop a release or
+// upkeep half-way.
+func (s *leakSink) log(level slog.Level, msg string, err error, attrs ...slog.Attr) {
+	if s.logger == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	attrs = append([]slog.Attr{slog.String("pool.name", s.name)}, attrs...)
+	if err != nil {
+		attrs = append(attrs, slog.Any("err", unprefixed{err, fmt.Sprintf("pool %q: ", s.name)}))
+	}
+	s.logger.LogAttrs(context.Background(), level, "pool: "+msg, attrs...)
 }
 
 const leakStackDepth = 32

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -307,6 +308,20 @@ func TestLeakOnLeakRunsOnItsOwnGoroutine(t *testing.T) {
 		}, "a leak was not reported while another OnLeak blocked")
 	}
 	assert.Equal(t, uint64(2), p.Stats().Leaked)
+}
+
+// TestLeakOnLeakPanicIsLogged: OnLeak's panic for a lease the garbage
+// collector found, on a goroutine of its own, has nobody to reach: it is
+// logged, not raised, and the pool goes on.
+func TestLeakOnLeakPanicIsLogged(t *testing.T) {
+	p, _, log, _ := hdNewPool(t, Options[*conn]{Name: "panicky", OnLeak: func(LeakReport) { panic("onleak boom") }})
+	lkLeakOne(t, p)
+	lkEventually(t, func() bool { return len(log.find("pool: OnLeak panicked")) == 1 }, "the panic was not logged")
+	rec := log.find("pool: OnLeak panicked")[0]
+	assert.Equal(t, slog.LevelWarn, rec.level)
+	assert.Contains(t, rec.attrs["err"].String(), "onleak boom")
+	assert.Equal(t, uint64(1), p.Stats().Leaked)
+	mustLease(t, p).Release()
 }
 
 // TestLeakDetectionAllocatesNothingPerLease: leak detection is on in every

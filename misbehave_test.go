@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // faultHook names the user code a fault goes into.
@@ -440,6 +442,17 @@ func (f *faults) unhangAll() {
 	if f.unhang != nil {
 		f.unhangOnce.Do(func() { close(f.unhang) })
 	}
+}
+
+// awaitUnhung unblocks the Destroy calls that hang and waits until each has
+// returned: hanging drops as a call stops blocking, before its destroy drops
+// live, so the wait is for unhung, which counts each hung call after that.
+func (f *faults) awaitUnhung(t testing.TB) {
+	t.Helper()
+	f.unhangAll()
+	require.Eventually(t, func() bool {
+		return f.hanging.Load() == 0 && (f.unhang == nil || f.unhung.Load() == f.injected(onDestroy, faultHang))
+	}, testWait, time.Millisecond, "the unblocked Destroy calls return")
 }
 
 // inExistence is live less the Destroy calls that the pool gave up on

@@ -3,7 +3,6 @@ package pool
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -19,8 +18,7 @@ import (
 // LeakThreshold's reports, the sink of the garbage collector's leak reports
 // (leaks.go). Only the use_time sample's test runs on the fast path.
 type observer[T any] struct {
-	*leakSink // name, clock, OnLeak: the cleanups' too (leaks.go)
-	logger    *slog.Logger
+	*leakSink // name, clock, Logger, OnLeak: the cleanups' too (leaks.go)
 	tracer    Tracer
 	// threshold is LeakThreshold in the clock's nanoseconds (0: none);
 	// sited, TrackLeaseSites. With either, each lease records its start.
@@ -41,26 +39,6 @@ func (o *observer[T]) tracing() bool { return o.tracer != nil }
 
 // recorded: each lease records its start (and, sited, where).
 func (o *observer[T]) recorded() bool { return o.threshold > 0 || o.sited }
-
-// # Logs
-
-// warn logs an error that has no caller.
-func (o *observer[T]) warn(msg string, err error) { o.log(slog.LevelWarn, msg, err) }
-
-// log logs msg at level with attrs, and err unless nil. A handler's panic is
-// dropped: it must not crash the pool's goroutines or stop a release or
-// upkeep half-way.
-func (o *observer[T]) log(level slog.Level, msg string, err error, attrs ...slog.Attr) {
-	if o.logger == nil {
-		return
-	}
-	defer func() { _ = recover() }()
-	attrs = append([]slog.Attr{slog.String("pool.name", o.name)}, attrs...)
-	if err != nil {
-		attrs = append(attrs, slog.Any("err", unprefixed{err, fmt.Sprintf("pool %q: ", o.name)}))
-	}
-	o.logger.LogAttrs(context.Background(), level, "pool: "+msg, attrs...)
-}
 
 // # Counts
 
@@ -343,16 +321,9 @@ func (o *observer[T]) reportHeld(x *sighting[T], age time.Duration, apart func(f
 	if e.gen.Load() != x.gen {
 		o.reportedEnded(e, x.gen, x.at)
 	}
-	if on := o.onLeak; on != nil {
+	if o.onLeak != nil {
 		r := LeakReport{Pool: o.name, Age: age, Stack: stack, Held: true}
-		apart(func() {
-			defer func() { // a panic has nobody to reach: logged, dropped
-				if v := recover(); v != nil {
-					o.warn("OnLeak panicked", fmt.Errorf("pool %q: OnLeak: %w", o.name, newPanicError(v)))
-				}
-			}()
-			on(r)
-		})
+		apart(func() { o.callOnLeak(r) })
 	}
 }
 

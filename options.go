@@ -170,8 +170,8 @@ type Options[T any] struct {
 	// long (Held true). It must not refer to the pool, or a pool dropped
 	// without Close could never be collected. Stats.Leaked and LongLeases, and
 	// pool.leases.leaked and .long, count both kinds, OnLeak or not. No report
-	// of a long lease starts once Close has begun, Close waits for those under
-	// way, and a panic in one is logged and dropped. nil: count only.
+	// of a long lease starts once Close has begun, and Close waits for those
+	// under way. A panic in OnLeak is logged and dropped. nil: count only.
 	OnLeak func(LeakReport) `json:"-"`
 
 	// LeakThreshold: a lease held this long is reported once, LeakThreshold to

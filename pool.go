@@ -143,9 +143,9 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 
 	wp := p.self
 	p.ob = observer[T]{
-		logger: opts.Logger, tracer: opts.Tracer, threshold: int64(opts.LeakThreshold), sited: opts.TrackLeaseSites, m: m,
+		tracer: opts.Tracer, threshold: int64(opts.LeakThreshold), sited: opts.TrackLeaseSites, m: m,
 		reg:      registry[T]{all: make(map[weak.Pointer[entry[T]]]struct{})},
-		leakSink: &leakSink{alive: func() bool { return wp.Value() != nil }, name: opts.Name, clk: p.clk, onLeak: opts.OnLeak, m: m},
+		leakSink: &leakSink{alive: func() bool { return wp.Value() != nil }, name: opts.Name, clk: p.clk, logger: opts.Logger, onLeak: opts.OnLeak, m: m},
 	}
 	if m != nil {
 		p.ob.sampleBelow = useSampleBelow

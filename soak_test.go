@@ -954,9 +954,7 @@ func (s *skRun) verify() {
 	assert.Equal(t, st.Created, st.Destroyed+st.Detached+uint64(st.ItemsAllocated),
 		"at rest Created == Destroyed + Detached + ItemsAllocated: %+v", st)
 	assert.Equal(t, f.injected(onDestroy, faultHang), f.hanging.Load(), "the hanging Destroy calls still block, their rooms free")
-	f.unhangAll()
-	require.Eventually(t, func() bool { return f.hanging.Load() == 0 }, testWait, time.Millisecond,
-		"the unblocked Destroy calls return")
+	f.awaitUnhung(t)
 	s.verifyDestroys(st)
 	assert.Zero(t, f.live.Load(), "items in existence by the factory's count")
 	assert.LessOrEqual(t, f.peak.Load(), int64(skMaxSize), "most items in existence at once")
