@@ -1301,7 +1301,7 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 	if upkeep {
 		opts.UpkeepInterval = fzUpkeepInterval
 	}
-	m.st.Name, m.st.MaxSize, m.st.MinSize = opts.Name, maxSize, minSize
+	m.st.Name, m.st.MaxSize, m.st.MinSize, m.st.MinIdle = opts.Name, maxSize, minSize, minIdle
 	if c1&1 != 0 {
 		opts.IdleTimeout, m.idleTimeout = fzIdleTimeout, int64(fzIdleTimeout)
 	}

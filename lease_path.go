@@ -160,13 +160,14 @@ func (p *Pool[T]) leaseSlow(ctx context.Context, e *entry[T], w *waiter[T], a ad
 		if err != nil {
 			return p.leaseFailed(ctx, failedBy(ctx, t, err), err)
 		}
-		// Lent. Unless it reused the parked item, it may have taken the last spare.
+		// Lent: its use begins (before any spare's creation). Unless it
+		// reused the parked item, it may have taken the last spare.
 		k := p.g.slots.countLease(procPin())
 		procUnpin()
+		p.ob.lent(ctx, ready, k, lt)
 		if p.opts.MinIdle > 0 && a != admitParked {
 			p.kp.ask(wantSpares)
 		}
-		p.ob.lent(ctx, ready, k, lt)
 		return Lease[T]{e: ready, gen: ready.gen.Load()}, nil
 	}
 }

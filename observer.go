@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 )
@@ -26,6 +27,11 @@ type observer[T any] struct {
 	sited     bool
 	// sampleBelow bounds the scrambled count for sampled; 0, none, without metrics.
 	sampleBelow uint64
+	// everyLease: with StandardMetricNames, every lease records its wait and
+	// its use, and the checks under way are counted (checking), for the
+	// conventions' used count.
+	everyLease bool
+	checking   atomic.Int64
 
 	// m is nil without a MeterProvider (metrics.go); the lease path reads
 	// it here, not through leakSink.m.
@@ -67,6 +73,23 @@ func (o *observer[T]) factoryCalled(ctx context.Context, start int64, failed boo
 	}
 }
 
+// checkBegins reads the clock for a check's time and, with everyLease,
+// counts the check under way.
+func (o *observer[T]) checkBegins() int64 {
+	if o.everyLease {
+		o.checking.Add(1)
+	}
+	return o.clk.now()
+}
+
+// checkEnded records the time of a check begun at start, however it ended.
+func (o *observer[T]) checkEnded(ctx context.Context, start int64) {
+	if o.everyLease {
+		o.checking.Add(-1)
+	}
+	o.took(ctx, figPrepTime, start)
+}
+
 // measuring reports whether the pool records metrics.
 func (o *observer[T]) measuring() bool { return o.m != nil }
 
@@ -104,7 +127,7 @@ func (o *observer[T]) detached() {
 // sampleBelow: one in useSampleEvery, evenly spread, never in step with
 // periodic hold times, and each processor's first (k = 0), so a pool's
 // first leases show.
-func (o *observer[T]) sampled(k uint64) bool { return k*fibonacci < o.sampleBelow }
+func (o *observer[T]) sampled(k uint64) bool { return o.everyLease || k*fibonacci < o.sampleBelow }
 
 // sampleUse stamps the start of a sampled lease of e; its end records it.
 func (o *observer[T]) sampleUse(e *entry[T]) {
@@ -112,10 +135,11 @@ func (o *observer[T]) sampleUse(e *entry[T]) {
 	e.atEnd.Or(atEndSampled)
 }
 
-// lent records a queued slow lease's wait, and samples e's use_time if k is.
+// lent records a slow lease's wait, if it queued (or everyLease), and
+// samples e's use_time if k is.
 func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *leaseTimes) {
-	if lt.queued && o.m != nil {
-		o.m.hist[figWaitTime].Record(ctx, lt.wait.Seconds(), o.m.rec...)
+	if (lt.queued || o.everyLease) && o.m != nil {
+		o.m.hist[figWaitTime].Record(ctx, lt.wait.Seconds(), o.m.recs[figWaitTime]...)
 	}
 	if o.sampled(k) {
 		o.sampleUse(e)

@@ -105,11 +105,11 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	// After seeding: the gauges' callback reads Stats. It holds the pool
 	// weakly, so the provider does not keep a pool dropped without Close.
 	wp := p.self
-	if err := p.ob.startGauges(func() (Stats, bool) {
+	if err := p.ob.startGauges(func() (observed, bool) {
 		if q := wp.Value(); q != nil {
-			return q.Stats(), true
+			return q.ob.observe(q.Stats()), true
 		}
-		return Stats{}, false
+		return observed{}, false
 	}); err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
@@ -122,7 +122,7 @@ var testClock func() int64
 
 // newPool derives a pool's state from f and valid options; nothing runs yet.
 func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
-	m, err := newMetrics(opts.MeterProvider, opts.Name)
+	m, err := newMetrics(opts.MeterProvider, opts.Name, opts.StandardMetricNames)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 		leakSink: &leakSink{alive: func() bool { return wp.Value() != nil }, name: opts.Name, clk: p.clk, logger: opts.Logger, onLeak: opts.OnLeak, m: m},
 	}
 	if m != nil {
-		p.ob.sampleBelow = useSampleBelow
+		p.ob.sampleBelow, p.ob.everyLease = useSampleBelow, opts.StandardMetricNames
 	}
 	p.g.init(opts, exhaustedFor(&opts, opts.MaxSize))
 	p.ds = destroyer[T]{destroy: opts.Destroy, timeout: opts.DestroyTimeout, name: opts.Name, g: &p.g, ob: &p.ob}

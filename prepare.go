@@ -68,8 +68,7 @@ func (c *checker[T]) due(e *entry[T], now int64) bool {
 // holds e's permit, e out of the idle ring: one call sees e at a time.
 func (c *checker[T]) check(ctx context.Context, e *entry[T]) error {
 	if c.ob.measuring() {
-		start := c.ob.stamp(true)
-		defer c.ob.took(ctx, figPrepTime, start) // a panic's too
+		defer c.ob.checkEnded(ctx, c.ob.checkBegins()) // a panic's too
 	}
 	pctx, limit := ctx, c.timeout
 	var began int64

@@ -8,8 +8,10 @@ import (
 
 // Stats is a snapshot of a pool's state and of what it has done since New.
 type Stats struct {
-	Name             string
-	MinSize, MaxSize int
+	// Name, MinSize, MinIdle and MaxSize are the pool's options (MaxSize as
+	// SetMaxSize last set it).
+	Name                      string
+	MinSize, MinIdle, MaxSize int
 
 	// ItemsAllocated is ActiveLeases + ItemsAvailable: the items the pool
 	// accounts for. It exceeds MaxSize only after SetMaxSize shrank it, until
@@ -96,6 +98,7 @@ func (p *Pool[T]) Stats() Stats {
 	s := Stats{
 		Name:           p.opts.Name,
 		MinSize:        p.opts.MinSize,
+		MinIdle:        p.opts.MinIdle,
 		MaxSize:        size,
 		ItemsAllocated: held + idle,
 		ItemsAvailable: idle,

@@ -97,7 +97,7 @@ func (p *Pool[T]) leaseAtEdge(ctx context.Context, wait waitChoice) (l Lease[T],
 	if p.ob.tracing() {
 		l, err = p.leaseTraced(ctx, wait)
 	} else {
-		l, err = p.lease(ctx, wait, &leaseTimes{judge: p.opts.judges()})
+		l, err = p.lease(ctx, wait, &leaseTimes{judge: p.opts.judges() || p.ob.everyLease})
 	}
 	if err == nil && p.ob.recorded() {
 		p.ob.record(l)
@@ -111,7 +111,7 @@ func (p *Pool[T]) leaseTraced(ctx context.Context, wait waitChoice) (l Lease[T],
 	if c := tr.LeaseStart(ctx, p.opts.Name); c != nil {
 		ctx = c
 	}
-	tm := leaseTimes{traced: true, judge: p.opts.judges()}
+	tm := leaseTimes{traced: true, judge: p.opts.judges() || p.ob.everyLease}
 	leased, reported := false, false // the lease returned; then LeaseEnd did
 	defer func() {
 		switch {
