@@ -103,15 +103,13 @@
 // goes to it as the right to create a fresh one: a woken lease never wakes
 // to nothing and no newcomer overtakes the queue. A grant skips leases whose
 // ctx has ended, so a storm of them does not delay the live ones. A Release
-// that hands its item over costs its caller only the hand-off and does not
-// yield its processor: the releasing request goes on, or ends, at once. The
-// woken lease runs on an idle processor, when the releaser ends or blocks,
-// or when the next lease to come to the pool on that processor steps aside
-// for it once; a releaser computing on without coming back to the pool keeps
-// it waiting that long, up to a scheduler's time slice while every processor
-// is busy. A lease whose item fails its check keeps its place: it waits
-// again ahead of the leases that first queued after it, in the order they
-// first queued, and MaxQueuedLeases does not refuse it. The wait ends with:
+// that hands its item over does not yield: the woken lease runs on an idle
+// processor, when the releaser blocks or ends, or when the next lease on its
+// processor steps aside for it (at worst a scheduler's time slice while
+// every processor is busy). A lease whose item fails its check keeps its
+// place: it waits again ahead of the leases that first queued after it, in
+// the order they first queued, and MaxQueuedLeases does not refuse it. The
+// wait ends with:
 //
 //   - an item;
 //   - [ErrLeaseTimeout], once Options.LeaseTimeout has passed since the
@@ -127,9 +125,8 @@
 //     CreateTimeout, PreparationTimeout or Close ends a creation or check;
 //   - [ErrClosed] when the pool closes.
 //
-// Giving up wins at the instant of a grant: a waiter whose item and ended
-// ctx arrive together passes the item on and returns its error; no item is
-// lost and no caller that gave up gets one.
+// Giving up wins at the instant of a grant: the item goes on to the next
+// lease, and the caller that gave up gets its error, never the item.
 //
 // [Pool.TryLease] never waits: with every item in use, leases waiting, or
 // the creations at their cap, it returns [ErrExhausted]. With
@@ -187,6 +184,12 @@
 // gauges are read from Stats when the provider collects. Close stops the
 // gauges; a pool dropped without Close can still be collected.
 //
+// Options.StandardMetricNames puts the OpenTelemetry conventions'
+// connection-pool instruments in place of those of the same figures:
+// db.client.connection.count (state idle or used), .idle.max, .idle.min,
+// .max, .pending_requests, .timeouts, .create_time, .wait_time, .use_time,
+// with db.client.connection.pool.name; the last two record every lease.
+//
 // # Tracing
 //
 // A [Tracer], set as Options.Tracer, sees each Lease, TryLease and Do in the
@@ -209,8 +212,7 @@
 // Held true and to the Logger at Warn, and counted in Stats.LongLeases; when
 // it ends the Logger says so at Info. With Options.TrackLeaseSites each
 // lease records where it was taken, for LeakReport.Stack: this slows every
-// lease, so turn it on to hunt a leak. After Close returns, OnLeak and the
-// Logger hear nothing more of LeakThreshold's scans.
+// lease, so turn it on to hunt a leak.
 //
 // # When leases time out
 //

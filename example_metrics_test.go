@@ -109,6 +109,68 @@ func ExampleOptions_meterProvider() {
 	// pool.leases.queued{pool.name=api} 0
 }
 
+// With StandardMetricNames the pool publishes the OpenTelemetry semantic
+// conventions' connection-pool instruments, db.client.connection.*, for the
+// dashboards and alerts already built on them; its other instruments keep
+// their pool.* names. Every lease records its wait and its use.
+func ExampleOptions_standardMetricNames() {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(ctx)
+
+	p, err := pool.New(ctx, &sessions{}, pool.Options[*session]{
+		Name:                "orders-db",
+		MaxSize:             4,
+		MeterProvider:       provider,
+		StandardMetricNames: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	a, _ := p.Lease(ctx)
+	b, _ := p.Lease(ctx)
+	b.Release() // a is still out: one used, one idle
+	defer a.Release()
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		log.Fatal(err)
+	}
+	var lines []string
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if !strings.HasPrefix(m.Name, "db.client.connection.") {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					lines = append(lines, fmt.Sprintf("%s{%s} %d", m.Name, attrs(dp.Attributes), dp.Value))
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					lines = append(lines, fmt.Sprintf("%s{%s} count %d", m.Name, attrs(dp.Attributes), dp.Count))
+				}
+			}
+		}
+	}
+	slices.Sort(lines)
+	fmt.Println(strings.Join(lines, "\n"))
+	// Output:
+	// db.client.connection.count{db.client.connection.pool.name=orders-db,db.client.connection.state=idle} 1
+	// db.client.connection.count{db.client.connection.pool.name=orders-db,db.client.connection.state=used} 1
+	// db.client.connection.create_time{db.client.connection.pool.name=orders-db} count 2
+	// db.client.connection.idle.max{db.client.connection.pool.name=orders-db} 4
+	// db.client.connection.idle.min{db.client.connection.pool.name=orders-db} 0
+	// db.client.connection.max{db.client.connection.pool.name=orders-db} 4
+	// db.client.connection.pending_requests{db.client.connection.pool.name=orders-db} 0
+	// db.client.connection.timeouts{db.client.connection.pool.name=orders-db} 0
+	// db.client.connection.use_time{db.client.connection.pool.name=orders-db} count 1
+	// db.client.connection.wait_time{db.client.connection.pool.name=orders-db} count 2
+}
+
 // attrs prints a set of attributes as k=v pairs, sorted by key.
 func attrs(set attribute.Set) string {
 	var kv []string
