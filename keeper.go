@@ -13,11 +13,9 @@ import (
 // The keeper: a pool's one background goroutine, started with the pool
 // for an upkeep (UpkeepInterval) or LeakThreshold, else at the first ask
 // (SeedInBackground, Clear's refill, MinIdle's spares, FailFastAfter's
-// probe). Each turn does what is due: the upkeep's round, LeakThreshold's
-// scan, the creations asked for, backing off after a failure. It holds the
-// pool weakly between turns, and its state is an allocation apart, so the
-// goroutine does not hold the pool: one dropped without Close is collected,
-// and the goroutine ends then.
+// probe). Between turns it holds the pool weakly, and its state is an
+// allocation apart, so a pool dropped without Close is collected, and the
+// goroutine ends then.
 //
 // The invariant: the keeper holds no item a lease could have without that
 // item's permit. An item it checks or creates counts against MaxSize and
@@ -322,8 +320,11 @@ func (k *keeper[T]) fillRound(p *Pool[T], d uint32) (owed uint32) {
 	if d&wantProbe != 0 && p.g.isDown() && !(p.g.tryAcquireFill(1, probeItem) && p.mk.createIdle("probe")) {
 		return d // down still: the rest would not create
 	}
-	if d&wantSeed != 0 && !k.seed(p) {
-		owed |= wantSeed
+	if d&wantSeed != 0 {
+		p.mk.seedAll(p.opts.MinSize, k.apart, func() bool { return p.mk.createIdle("seed") })
+		if p.g.short(p.opts.MinSize) { // a failure, the pool down, or leases queued to create
+			owed |= wantSeed
+		}
 	}
 	if d&wantRefill != 0 {
 		k.refillRound(p)
@@ -344,11 +345,4 @@ func (k *keeper[T]) refillRound(p *Pool[T]) {
 // spares creates items up to MinIdle idle; false on a failure or while down.
 func (k *keeper[T]) spares(p *Pool[T]) bool {
 	return p.mk.fill(idleItems, p.opts.MinIdle, "spares")
-}
-
-// seed runs seedAll's creations toward MinSize items; false when they
-// stopped short: a failure, the pool down, or leases queued to create.
-func (k *keeper[T]) seed(p *Pool[T]) bool {
-	p.mk.seedAll(p.opts.MinSize, k.apart, func() bool { return p.mk.createIdle("seed") })
-	return !p.g.short(p.opts.MinSize)
 }
