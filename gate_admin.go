@@ -29,20 +29,17 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 }
 
 // takeIdleIf takes, with a permit, the oldest idle entry want accepts, or nil.
-func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
+func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) *entry[T] {
 	g.lock()
 	defer g.unlock()
 	g.unparkLocked()
-	g.idle.filter(func(c *entry[T]) (drop bool) {
-		if e == nil && want(c) {
-			e = c
-			return true
-		}
-		return false
-	})
-	if e != nil {
-		g.held++
+	i := slices.IndexFunc(g.idle, want)
+	if i < 0 {
+		return nil
 	}
+	e := g.idle[i]
+	g.idle = slices.Delete(g.idle, i, i+1)
+	g.held++
 	return e
 }
 
@@ -156,22 +153,11 @@ func (g *gate[T]) resize(n int, refusals *exhaustedErrs) (excess []*entry[T], er
 	g.size = n
 	g.refusals.Store(refusals) // made by the caller: nothing allocates under the lock
 	g.grantTurnsLocked()
-	over := g.alive() - g.size
 	if g.setBypass() {
-		// Parked entries hold permits of their own; those not to destroy
-		// join the idle queue, as bypass requires.
-		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-			if over > 0 {
-				excess = append(excess, e)
-				over--
-			} else {
-				g.giveBackLocked(e)
-			}
-		}
+		g.unparkLocked() // nobody waits: parked entries join the idle queue
 	}
-	parked := len(excess)
-	excess = g.idle.popOldest(excess, over) // the rest of the excess is leased
-	g.held += len(excess) - parked
+	excess = g.idle.popOldest(nil, g.alive()-g.size) // the rest of the excess is leased
+	g.held += len(excess)
 	g.dying += len(excess)
 	return excess, nil
 }
