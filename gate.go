@@ -11,19 +11,15 @@ import (
 
 // gate is the capacity gate: a weighted semaphore of size MaxSize with a
 // FIFO queue of waiters and direct hand-off, behind ring.go's slots. A
-// permit is the right to hold one item outside the idle queue (leased,
-// being created or destroyed, or parked); a lease takes it in the critical
-// section where it looks at the idle queue, creating only if none is idle,
-// so held + idle <= size bounds the items.
+// lease takes its permit in the critical section where it looks at the idle
+// queue, creating only if none is idle, so held + idle <= size bounds the
+// items.
 //
-// One mutex guards count, waiters and idle items, so a release decides
-// "oldest waiter, or idle queue?" atomically (docs/DESIGN.md, "Why one
+// One mutex guards count, waiters and idle items (docs/DESIGN.md, "Why one
 // mutex"). While waiters queue, no permit, or no turn, is free: a release
 // hands its item or bare permit to the oldest waiter, a creation's end its
-// turn, so no waiter wakes to nothing and no lease overtakes the queue.
-// Critical sections and their wake-ups run unpreemptible (lock, unlock;
-// docs/DESIGN.md, "Not preempted while holding the lock"): nothing there
-// may block.
+// turn. Critical sections and their wake-ups run unpreemptible (lock,
+// unlock): nothing there may block.
 type gate[T any] struct {
 	slots slots[T]
 
