@@ -15,7 +15,7 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 	defer g.unlock()
 	g.unparkLocked()
 	n := g.held + len(g.idle)
-	g.idle.filter(func(e *entry[T]) bool {
+	g.idle = slices.DeleteFunc(g.idle, func(e *entry[T]) bool {
 		if !drop(e, n) {
 			return false
 		}
@@ -47,11 +47,9 @@ func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) *entry[T] {
 // permit each, so they count against the cap until destroyed; a queued one's
 // permit is free to take, as held + idle <= size. Caller holds g.mu.
 func (g *gate[T]) drainIdleLocked() []*entry[T] {
+	g.unparkLocked()
 	es := g.idle.popOldest(nil, len(g.idle))
 	g.held += len(es)
-	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-		es = append(es, e)
-	}
 	g.dying += len(es)
 	return es
 }

@@ -206,6 +206,3 @@ func (q *idleQueue[T]) popOldest(es []*entry[T], n int) []*entry[T] {
 	*q = slices.Delete(*q, 0, n)
 	return es
 }
-
-// filter removes the entries drop reports true for, keeping order.
-func (q *idleQueue[T]) filter(drop func(*entry[T]) bool) { *q = slices.DeleteFunc(*q, drop) }
