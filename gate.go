@@ -39,11 +39,9 @@ type gate[T any] struct {
 	down atomic.Bool
 	// dying: permits, in held, of items from leaving the idle ring or their
 	// holder until Destroy returns; a shrink need not shed them again.
-	dying int
-	idle  idleQueue[T]
-	// fastLeases counts leases acquire completed, under the lock already
-	// held (docs/DESIGN.md, "Stats without a second truth").
-	fastLeases uint64
+	dying      int
+	idle       idleQueue[T]
+	fastLeases uint64 // leases acquire completed, counted under the lock it holds
 	waiters    waitQueue[T]
 	settles    []settle  // what Close and Shutdown wait for: see whenSettled
 	spare      sync.Pool // of *waiter[T]
@@ -245,9 +243,8 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, 
 	return nil, w, queued
 }
 
-// acquireLocked (caller holds g.mu), when nobody queues, takes a permit with
-// the newest idle entry, else a parked one and its permit, else a bare
-// permit; else it says whether the lease queues (refusedLocked).
+// acquireLocked is acquire under g.mu: while nobody queues, a permit with the
+// newest idle entry, else a parked one, else a bare permit; else refusedLocked.
 func (g *gate[T]) acquireLocked(wait waitChoice, completes bool) (e *entry[T], a admission) {
 	switch {
 	case g.closed:
@@ -419,17 +416,16 @@ func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
 		return false // dequeued, and never to be granted
 	}
 	g.lock()
-	if !w.granted {
-		if !w.skipped.Load() {
-			g.waiters.remove(w)
-			g.setBypass()
-		}
-		g.unlock()
-		return false
+	granted = w.granted
+	if !granted && !w.skipped.Load() {
+		g.waiters.remove(w)
+		g.setBypass()
 	}
 	g.unlock()
-	<-w.ready // the granter's unlock sends it, if it has not yet
-	return true
+	if granted {
+		<-w.ready // the granter's unlock sends it, if it has not yet
+	}
+	return granted
 }
 
 // giveUp passes on a grant that came as w gave up with err, so no permit is
@@ -491,9 +487,8 @@ func (g *gate[T]) createEnded() { g.end(0, 1, 0) }
 func (g *gate[T]) destroyed() { g.end(1, 0, 1) }
 
 // end gives back permits held with no item, turns to create and dying marks,
-// and grants what came free as grantTurnsLocked does: a freed permit, while
-// items exceed size, retires (its item was one too many); with no turn for
-// the waiter it stays free until a creation's end grants it.
+// then grants what came free (grantTurnsLocked); a freed permit retires while
+// items exceed size (its item was one too many).
 func (g *gate[T]) end(permits, turns, dying int) {
 	g.lock()
 	g.creating -= turns
