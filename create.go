@@ -181,13 +181,12 @@ func (m *maker[T]) createIdle(who string) bool {
 	return c.err == nil
 }
 
-// finish, deferred by the creating goroutine, ends c. It records a panic
-// (a Goexit leaves panicVal as it was: recover returns nil for one). A
-// caller still waiting takes the result; else c was made for nobody: its
-// item is handed on, or its permit freed and its failure (a panic's as an
-// error) logged as msg, but one that New returns (msg empty) and, in the
-// background, one that Close caused or the down Warn said. Then its turn
-// ends.
+// finish, deferred by the creating goroutine, ends c, then its turn. It
+// records a panic (a Goexit leaves panicVal as it was: recover returns nil
+// for one). A caller still waiting takes the result; else c was made for
+// nobody: its item is handed on, or its permit freed and its failure (a
+// panic's as an error) logged as msg, but one that New returns (msg empty)
+// and, in the background, one that Close caused or the down Warn said.
 func (m *maker[T]) finish(c *creation[T], msg string) {
 	if v := recover(); v != nil {
 		c.panicVal = newPanicError(v)
@@ -282,12 +281,11 @@ func (m *maker[T]) fill(count fillCount, n int, who string) bool {
 // # Fail fast while the backend is down
 //
 // With FailFastAfter, that many failed creations in a row (not New's own
-// seeding, which fails New) put the pool down; the next success brings it
-// up. While down, the gate grants no turn to create but the keeper's probe.
-// The last failure stays for ErrBackendDown and ErrLeaseTimeout to wrap.
+// seeding, which fails New) put the pool down (gate.down); the next success
+// brings it up.
 
-// health is what FailFastAfter and ErrLeaseTimeout read of the creations;
-// whether the pool is down is the gate's (gate.down).
+// health is what FailFastAfter, ErrBackendDown and ErrLeaseTimeout read of
+// the creations: the last failure stays for the errors to wrap.
 type health struct {
 	inARow atomic.Int64 // failed creations since the last success
 	last   atomic.Pointer[failedCreation]

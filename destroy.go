@@ -12,13 +12,11 @@ import (
 // The destroyer: the Destroy calls, on goroutines of their own.
 //
 // The invariant: an item counts against MaxSize until its destruction
-// ends. Whoever lets an item go hands it with its permit to later (or to
-// taken, if the gate took it out of the idle ring as dying already) and
-// returns at once; run calls Destroy and frees the permit (or hands it on,
-// as the right to create) once Destroy returns, panics or calls
-// runtime.Goexit, or DestroyTimeout passes, whichever comes first. Each
-// destruction is counted once, by reason. gate.dying counts those not
-// ended: Stats.Destroying, and what Close waits for.
+// ends. Whoever lets an item go hands it with its permit to later (or
+// taken) and returns at once; run frees the permit (or hands it on, as the
+// right to create) as the destruction ends. Each destruction is counted
+// once, by reason. gate.dying counts those not ended: Stats.Destroying,
+// and what Close waits for.
 type destroyer[T any] struct {
 	destroy func(T) error // Options.Destroy, or closeItem
 	timeout time.Duration // DestroyTimeout
