@@ -353,7 +353,10 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 	w.skipped.Store(false)
 	g.spare.Put(w)
 	waited = time.Duration(monotime() - start)
-	g.slots.countWait(int64(waited))
+	s := &g.slots.s[procPin()&g.slots.mask] // the slot the wait ended on; atomic adds, off the fast path
+	procUnpin()
+	s.waits.Add(1)
+	s.waitTime.Add(int64(waited))
 	return e, waited, expired, err
 }
 
@@ -476,15 +479,12 @@ func (g *gate[T]) giveBackLocked(e *entry[T]) {
 	g.dropPermitLocked()
 }
 
-// free frees a permit held with no item.
-func (g *gate[T]) free() { g.end(1, 0, 0) }
-
-// createEnded gives back a turn to create, as the creation ended or its
-// holder did not create.
+// free frees a permit held with no item; createEnded gives back a turn to
+// create, as the creation ended or its holder did not create; destroyed frees
+// the permit of an item whose Destroy returned or timed out.
+func (g *gate[T]) free()        { g.end(1, 0, 0) }
 func (g *gate[T]) createEnded() { g.end(0, 1, 0) }
-
-// destroyed frees the permit of an item whose Destroy returned or timed out.
-func (g *gate[T]) destroyed() { g.end(1, 0, 1) }
+func (g *gate[T]) destroyed()   { g.end(1, 0, 1) }
 
 // end gives back permits held with no item, turns to create and dying marks,
 // then grants what came free (grantTurnsLocked); a freed permit retires while
@@ -610,8 +610,8 @@ func (g *gate[T]) takeIdle() *entry[T] {
 	return e
 }
 
-// refusal is the error of a lease refused as a for want of room, naming the
-// size now; nil for the other refusals.
+// refusal is the error of a lease refused for want of room, naming the size
+// now; nil for the other refusals.
 func (g *gate[T]) refusal(a admission) error { return g.refusals.Load()[a] }
 
 // retired reports whether e was created, or began its creation, before the
