@@ -150,8 +150,7 @@ func (m *maker[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, e
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if c.claimed.CompareAndSwap(false, true) { // abandoned
-			// The creating goroutine owns the permit now.
+		if c.claimed.CompareAndSwap(false, true) { // abandoned: its permit is the creating goroutine's now
 			return nil, true, ctx.Err()
 		}
 		<-c.done // finished at this instant: take the result

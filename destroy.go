@@ -130,10 +130,9 @@ func (d *destroyer[T]) run(e *entry[T], why reason, b *destroyBatch) {
 	err = d.destroy(e.value)
 }
 
+// The errors of a Destroy that called runtime.Goexit or outlasted DestroyTimeout.
 var (
-	// errDestroyGoexit is the error of a Destroy that called runtime.Goexit.
-	errDestroyGoexit = errors.New("runtime.Goexit in Destroy")
-	// errDestroyTimeout is the error of a Destroy that outlasted DestroyTimeout.
+	errDestroyGoexit  = errors.New("runtime.Goexit in Destroy")
 	errDestroyTimeout = errors.New("no return from Destroy within DestroyTimeout")
 )
 

@@ -29,10 +29,9 @@ type keeper[T any] struct {
 	upkeepEvery time.Duration // UpkeepInterval; 0: no upkeep
 	watchEvery  time.Duration // LeakThreshold's scans; 0: none
 
-	wake  chan struct{} // cap 1: an ask
-	wants atomic.Uint32 // what the asks want created: the want* bits
-	// refillAfter: Clear's refill waits for that batch of Destroy calls.
-	refillAfter atomic.Pointer[<-chan struct{}]
+	wake        chan struct{}                   // cap 1: an ask
+	wants       atomic.Uint32                   // what the asks want created: the want* bits
+	refillAfter atomic.Pointer[<-chan struct{}] // the Destroy calls Clear's refill waits for
 
 	// started: the goroutine has started, or Close has forbidden it to.
 	started atomic.Bool
@@ -239,8 +238,7 @@ func (k *keeper[T]) upkeepRound(p *Pool[T]) (ok bool) {
 	return p.mk.fill(allItems, p.opts.MinSize, "upkeep")
 }
 
-// checkIdle checks, one at a time (the others stay leasable), each item idle
-// at least CheckAfterIdle: a failure is destroyed and logged, a pass goes back idle.
+// checkIdle checks each item due a check (checkOne), one at a time: the others stay leasable.
 func (k *keeper[T]) checkIdle(p *Pool[T], now int64) {
 	due := func(e *entry[T]) bool { return p.ck.due(e, now) }
 	_, _, _, size, _, _, _ := p.g.counts()
