@@ -176,9 +176,8 @@ func (g *gate[T]) unlock() {
 // turn"). A Release never yields; the next acquire on its processor does.
 func (g *gate[T]) stepAside() {
 	s := &g.slots.s[procPin()&g.slots.mask]
-	woken := s.woke.Load() != nil
 	procUnpin()
-	if woken {
+	if s.woke.Load() != nil {
 		runtime.Gosched()
 	}
 }
@@ -305,8 +304,7 @@ func (g *gate[T]) setBypass() (cameOn bool) {
 // alive counts the items in existence but the dying. Caller holds g.mu.
 func (g *gate[T]) alive() int { return g.held - g.dying + len(g.idle) }
 
-// shrinking: more items alive than size after a resize; returning items
-// are destroyed and freed permits retire until they fit. Caller holds g.mu.
+// shrinking: more items alive than size after a resize (see resize). Caller holds g.mu.
 func (g *gate[T]) shrinking() bool { return g.alive() > g.size }
 
 func (g *gate[T]) bypassNeeded() bool {
@@ -461,13 +459,12 @@ func (g *gate[T]) enqueueLocked(w *waiter[T], again bool) {
 // and reports false: the caller destroys e, then frees its permit.
 func (g *gate[T]) giveBack(e *entry[T]) (accepted bool) {
 	g.lock()
-	if g.closed || g.shrinking() {
-		g.unlock()
-		return false
+	accepted = !g.closed && !g.shrinking()
+	if accepted {
+		g.giveBackLocked(e)
 	}
-	g.giveBackLocked(e)
 	g.unlock()
-	return true
+	return accepted
 }
 
 // giveBackLocked: giveBack under g.mu without refusal (also for unparking).
