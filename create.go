@@ -42,9 +42,8 @@ type maker[T any] struct {
 	askProbe func() // keeper.ask, for a probe
 }
 
-// seedParallelism bounds the seeding's creations at once, New's and
-// SeedInBackground's, so a large MinSize does not dial one server that many
-// times at once.
+// seedParallelism bounds the seeding's creations at once (New's and
+// SeedInBackground's), lest a large MinSize dial one server that many times.
 const seedParallelism = 32
 
 // seedAll runs up to seedParallelism workers (within MaxConcurrentCreates)
@@ -281,10 +280,8 @@ func (m *maker[T]) fill(count fillCount, n int, who string) bool {
 //
 // With FailFastAfter, that many failed creations in a row (not New's own
 // seeding, which fails New) put the pool down (gate.down); the next success
-// brings it up.
-
-// health is what FailFastAfter, ErrBackendDown and ErrLeaseTimeout read of
-// the creations: the last failure stays for the errors to wrap.
+// brings it up. health is what that, ErrBackendDown and ErrLeaseTimeout read
+// of the creations: the last failure stays for the errors to wrap.
 type health struct {
 	inARow atomic.Int64 // failed creations since the last success
 	last   atomic.Pointer[failedCreation]

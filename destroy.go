@@ -46,9 +46,8 @@ var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "di
 // String returns the reason as pool.items.destroyed names it.
 func (r reason) String() string { return reasonNames[r] }
 
-// later destroys e, whose permit the caller holds, for why, without
-// waiting. From this call on, e is no lease and no leak. A failed or
-// panicking Destroy is logged and counted, in b too if not nil.
+// later destroys e, whose permit the caller holds, for why, without waiting
+// (run, end). From this call on, e is no lease and no leak.
 func (d *destroyer[T]) later(e *entry[T], why reason, b *destroyBatch) {
 	d.g.toDestroy()
 	d.taken(e, why, b)

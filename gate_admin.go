@@ -114,11 +114,10 @@ func (g *gate[T]) settleLocked() {
 	})
 }
 
-// counts returns the permits held (by leases, creations and destructions),
-// the idle entries (queued or parked), the waiters, the size, the dying and
-// the slots' sums with fastLeases added. Parked entries move without the
-// lock, so the leased/idle split is a moment's estimate, each within size
-// unless a shrink has not settled.
+// counts returns the permits held less the parked, the idle (queued or
+// parked), the waiters, size, creating, dying and the slots' sums with
+// fastLeases added. Parked entries move without the lock, so the leased/idle
+// split is a moment's estimate, each within size unless a shrink has not settled.
 func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sums slotSums) {
 	g.lock()
 	defer g.unlock()
@@ -128,8 +127,7 @@ func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sum
 	return g.held - sums.parked, len(g.idle) + sums.parked, g.waiters.n, g.size, g.creating, g.dying, sums
 }
 
-// items returns the items in existence as the gate counts them: permits
-// held (leased, parked, being created, checked or destroyed) plus idle.
+// items returns the items in existence as the gate counts them: held plus idle.
 func (g *gate[T]) items() int {
 	g.lock()
 	defer g.unlock()

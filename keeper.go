@@ -39,8 +39,7 @@ type keeper[T any] struct {
 	// it runs apart (OnLeak calls, seeding creations); stopped closes at 0.
 	running atomic.Int64
 	stopped chan struct{}
-	// turn is held while a turn runs: see wait.
-	turn sync.Mutex
+	turn    sync.Mutex // held while a turn runs: see wait
 
 	// The goroutine's own, here so a successor after a runtime.Goexit in a
 	// callback goes on from them; times are time.Now's, as the timers count.
