@@ -11,9 +11,9 @@ import (
 
 // gate is the capacity gate: a weighted semaphore of size MaxSize with a
 // FIFO queue of waiters and direct hand-off, behind ring.go's slots. A
-// lease takes its permit in the critical section where it looks at the idle
-// queue, creating only if none is idle, so held + idle <= size bounds the
-// items.
+// permit is the right to hold one item outside the idle queue; a lease takes
+// it in the critical section where it looks at the idle queue, creating only
+// if none is idle, so held + idle <= size bounds the items.
 //
 // One mutex guards count, waiters and idle items (docs/DESIGN.md, "Why one
 // mutex"). While waiters queue, no permit, or no turn, is free: a release
@@ -43,10 +43,9 @@ type gate[T any] struct {
 	idle       idleQueue[T]
 	fastLeases uint64 // leases acquire completed, counted under the lock it holds
 	waiters    waitQueue[T]
-	settles    []settle  // what Close and Shutdown wait for: see whenSettled
-	spare      sync.Pool // of *waiter[T]
-	// woken: the waiters granted under the lock, for unlock to wake after.
-	woken *waiter[T]
+	settles    []settle   // what Close and Shutdown wait for: see whenSettled
+	spare      sync.Pool  // of *waiter[T]
+	woken      *waiter[T] // granted under the lock, for unlock to wake after
 }
 
 // waiter is one lease queued for a permit, recycled through gate.spare.
@@ -176,8 +175,9 @@ func (g *gate[T]) unlock() {
 // turn"). A Release never yields; the next acquire on its processor does.
 func (g *gate[T]) stepAside() {
 	s := &g.slots.s[procPin()&g.slots.mask]
+	woken := s.woke.Load() != nil
 	procUnpin()
-	if s.woke.Load() != nil {
+	if woken {
 		runtime.Gosched()
 	}
 }

@@ -33,8 +33,7 @@ type keeper[T any] struct {
 	wants       atomic.Uint32                   // what the asks want created: the want* bits
 	refillAfter atomic.Pointer[<-chan struct{}] // the Destroy calls Clear's refill waits for
 
-	// started: the goroutine has started, or Close has forbidden it to.
-	started atomic.Bool
+	started atomic.Bool // the goroutine has started, or Close has forbidden it to
 	// running counts the goroutine (goroutineWeight) and each piece of work
 	// it runs apart (OnLeak calls, seeding creations); stopped closes at 0.
 	running atomic.Int64
