@@ -42,9 +42,8 @@ type maker[T any] struct {
 	askProbe func() // keeper.ask, for a probe
 }
 
-// seedParallelism bounds the seeding's creations at once, New's and
-// SeedInBackground's, so a large MinSize does not dial one server that many
-// times at once.
+// seedParallelism bounds the seeding's creations at once (New's and
+// SeedInBackground's), lest a large MinSize dial one server that many times.
 const seedParallelism = 32
 
 // seedAll runs up to seedParallelism workers (within MaxConcurrentCreates)
@@ -150,8 +149,7 @@ func (m *maker[T]) create(ctx context.Context) (e *entry[T], abandonedIt bool, e
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if c.claimed.CompareAndSwap(false, true) { // abandoned
-			// The creating goroutine owns the permit now.
+		if c.claimed.CompareAndSwap(false, true) { // abandoned: its permit is the creating goroutine's now
 			return nil, true, ctx.Err()
 		}
 		<-c.done // finished at this instant: take the result
@@ -181,13 +179,12 @@ func (m *maker[T]) createIdle(who string) bool {
 	return c.err == nil
 }
 
-// finish, deferred by the creating goroutine, ends c. It records a panic
-// (a Goexit leaves panicVal as it was: recover returns nil for one). A
-// caller still waiting takes the result; else c was made for nobody: its
-// item is handed on, or its permit freed and its failure (a panic's as an
-// error) logged as msg, but one that New returns (msg empty) and, in the
-// background, one that Close caused or the down Warn said. Then its turn
-// ends.
+// finish, deferred by the creating goroutine, ends c, then its turn. It
+// records a panic (a Goexit leaves panicVal as it was: recover returns nil
+// for one). A caller still waiting takes the result; else c was made for
+// nobody: its item is handed on, or its permit freed and its failure (a
+// panic's as an error) logged as msg, but one that New returns (msg empty)
+// and, in the background, one that Close caused or the down Warn said.
 func (m *maker[T]) finish(c *creation[T], msg string) {
 	if v := recover(); v != nil {
 		c.panicVal = newPanicError(v)
@@ -282,12 +279,9 @@ func (m *maker[T]) fill(count fillCount, n int, who string) bool {
 // # Fail fast while the backend is down
 //
 // With FailFastAfter, that many failed creations in a row (not New's own
-// seeding, which fails New) put the pool down; the next success brings it
-// up. While down, the gate grants no turn to create but the keeper's probe.
-// The last failure stays for ErrBackendDown and ErrLeaseTimeout to wrap.
-
-// health is what FailFastAfter and ErrLeaseTimeout read of the creations;
-// whether the pool is down is the gate's (gate.down).
+// seeding, which fails New) put the pool down (gate.down); the next success
+// brings it up. health is what that, ErrBackendDown and ErrLeaseTimeout read
+// of the creations: the last failure stays for the errors to wrap.
 type health struct {
 	inARow atomic.Int64 // failed creations since the last success
 	last   atomic.Pointer[failedCreation]

@@ -838,7 +838,7 @@ func ncWho() string {
 	for {
 		fr, more := frames.Next()
 		for _, w := range [...]struct{ fn, who string }{
-			{"keeper[...]).seed", "seed"}, {"keeper[...]).spares", "spares"}, {"keeper[...]).refillRound", "refill"},
+			{"maker[...]).seedAll", "seed"}, {"keeper[...]).spares", "spares"}, {"keeper[...]).refillRound", "refill"},
 		} {
 			if strings.Contains(fr.Function, w.fn) {
 				return w.who

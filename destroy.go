@@ -12,13 +12,11 @@ import (
 // The destroyer: the Destroy calls, on goroutines of their own.
 //
 // The invariant: an item counts against MaxSize until its destruction
-// ends. Whoever lets an item go hands it with its permit to later (or to
-// taken, if the gate took it out of the idle ring as dying already) and
-// returns at once; run calls Destroy and frees the permit (or hands it on,
-// as the right to create) once Destroy returns, panics or calls
-// runtime.Goexit, or DestroyTimeout passes, whichever comes first. Each
-// destruction is counted once, by reason. gate.dying counts those not
-// ended: Stats.Destroying, and what Close waits for.
+// ends. Whoever lets an item go hands it with its permit to later (or
+// taken) and returns at once; run frees the permit (or hands it on, as the
+// right to create) as the destruction ends. Each destruction is counted
+// once, by reason. gate.dying counts those not ended: Stats.Destroying,
+// and what Close waits for.
 type destroyer[T any] struct {
 	destroy func(T) error // Options.Destroy, or closeItem
 	timeout time.Duration // DestroyTimeout
@@ -48,9 +46,8 @@ var reasonNames = [numReasons]string{"idle", "lifetime", "prepare", "reset", "di
 // String returns the reason as pool.items.destroyed names it.
 func (r reason) String() string { return reasonNames[r] }
 
-// later destroys e, whose permit the caller holds, for why, without
-// waiting. From this call on, e is no lease and no leak. A failed or
-// panicking Destroy is logged and counted, in b too if not nil.
+// later destroys e, whose permit the caller holds, for why, without waiting
+// (run, end). From this call on, e is no lease and no leak.
 func (d *destroyer[T]) later(e *entry[T], why reason, b *destroyBatch) {
 	d.g.toDestroy()
 	d.taken(e, why, b)
@@ -132,10 +129,9 @@ func (d *destroyer[T]) run(e *entry[T], why reason, b *destroyBatch) {
 	err = d.destroy(e.value)
 }
 
+// The errors of a Destroy that called runtime.Goexit or outlasted DestroyTimeout.
 var (
-	// errDestroyGoexit is the error of a Destroy that called runtime.Goexit.
-	errDestroyGoexit = errors.New("runtime.Goexit in Destroy")
-	// errDestroyTimeout is the error of a Destroy that outlasted DestroyTimeout.
+	errDestroyGoexit  = errors.New("runtime.Goexit in Destroy")
 	errDestroyTimeout = errors.New("no return from Destroy within DestroyTimeout")
 )
 

@@ -8,9 +8,7 @@ import (
 )
 
 // Sweeping: leases judge the idle items they meet; the others are swept at
-// least once a period while leases or releases happen: the first to pass x.at
-// moves it on by compare-and-swap and sweeps, taking the expired out under the
-// gate's lock and destroying them outside it.
+// least once a period while leases or releases happen (sweepIfDue).
 
 // expiry is a pool's IdleTimeout and MaxLifetime, and its sweeps.
 type expiry[T any] struct {
@@ -37,10 +35,8 @@ func (x *expiry[T]) expired(e *entry[T], now int64, items func() int) (reason, b
 	return reasonIdle, idle && (x.floor == 0 || items() > x.floor)
 }
 
-// minSweepEvery bounds how often idle items are swept, whatever the limits.
-const minSweepEvery = int64(time.Millisecond)
-
-// sweepPeriod is the sweeps' period for these limits; 0 when neither is set.
+// sweepPeriod is the sweeps' period for these limits, at least a millisecond
+// however short they are; 0 when neither is set.
 func sweepPeriod(idleTimeout, maxLifetime time.Duration) int64 {
 	limit := idleTimeout
 	if limit == 0 || maxLifetime > 0 && maxLifetime < limit {
@@ -49,7 +45,7 @@ func sweepPeriod(idleTimeout, maxLifetime time.Duration) int64 {
 	if limit == 0 {
 		return 0
 	}
-	return max(int64(limit)/2, minSweepEvery)
+	return max(int64(limit)/2, int64(time.Millisecond))
 }
 
 // deadline is the clock past which an item created at now has outlived

@@ -1103,10 +1103,10 @@ func (m *fzModel) close() fzOutcome {
 // to its Destroy. Growing grants the oldest waiters, while the items in
 // existence (held + idle) are fewer than n, a bare permit each: their
 // leases go on to create. Shrinking below the items alive (those on their
-// way to their Destroy left out) steals the parked item (the slots' bypass
-// comes on) as excess, then takes excess from the queue's head, oldest
-// first, a permit each, and destroys them all (reason resize). The rest of
-// the excess is leased: see shrinking.
+// way to their Destroy left out) moves the parked item to the queue's tail
+// (the slots' bypass comes on), then takes the excess from the queue's
+// head, oldest first, a permit each, and destroys them all (reason resize).
+// The rest of the excess is leased: see shrinking.
 func (m *fzModel) setMaxSize(n int) fzOutcome {
 	if n < 1 || n < m.minSize {
 		return fzOutcome{kind: fzInvalid}
@@ -1124,10 +1124,10 @@ func (m *fzModel) setMaxSize(n int) fzOutcome {
 		m.bypassOn = true
 	}
 	var excess []int
-	if over > 0 && m.slot != 0 { // bypass comes on: the parked item is stolen, with its permit
-		excess = append(excess, m.slot)
+	if over > 0 && m.slot != 0 { // bypass comes on: the parked item goes idle, freeing its permit
+		m.queue = append(m.queue, m.slot)
 		m.slot = 0
-		over--
+		m.held--
 	}
 	for ; over > 0 && len(m.queue) > 0; over-- {
 		excess = append(excess, m.queue[0])

@@ -11,19 +11,15 @@ import (
 
 // gate is the capacity gate: a weighted semaphore of size MaxSize with a
 // FIFO queue of waiters and direct hand-off, behind ring.go's slots. A
-// permit is the right to hold one item outside the idle queue (leased,
-// being created or destroyed, or parked); a lease takes it in the critical
-// section where it looks at the idle queue, creating only if none is idle,
-// so held + idle <= size bounds the items.
+// permit is the right to hold one item outside the idle queue; a lease takes
+// it in the critical section where it looks at the idle queue, creating only
+// if none is idle, so held + idle <= size bounds the items.
 //
-// One mutex guards count, waiters and idle items, so a release decides
-// "oldest waiter, or idle queue?" atomically (docs/DESIGN.md, "Why one
+// One mutex guards count, waiters and idle items (docs/DESIGN.md, "Why one
 // mutex"). While waiters queue, no permit, or no turn, is free: a release
 // hands its item or bare permit to the oldest waiter, a creation's end its
-// turn, so no waiter wakes to nothing and no lease overtakes the queue.
-// Critical sections and their wake-ups run unpreemptible (lock, unlock;
-// docs/DESIGN.md, "Not preempted while holding the lock"): nothing there
-// may block.
+// turn. Critical sections and their wake-ups run unpreemptible (lock,
+// unlock): nothing there may block.
 type gate[T any] struct {
 	slots slots[T]
 
@@ -43,16 +39,13 @@ type gate[T any] struct {
 	down atomic.Bool
 	// dying: permits, in held, of items from leaving the idle ring or their
 	// holder until Destroy returns; a shrink need not shed them again.
-	dying int
-	idle  idleQueue[T]
-	// fastLeases counts leases acquire completed, under the lock already
-	// held (docs/DESIGN.md, "Stats without a second truth").
-	fastLeases uint64
+	dying      int
+	idle       idleQueue[T]
+	fastLeases uint64 // leases acquire completed, counted under the lock it holds
 	waiters    waitQueue[T]
-	settles    []settle  // what Close and Shutdown wait for: see whenSettled
-	spare      sync.Pool // of *waiter[T]
-	// woken: the waiters granted under the lock, for unlock to wake after.
-	woken *waiter[T]
+	settles    []settle   // what Close and Shutdown wait for: see whenSettled
+	spare      sync.Pool  // of *waiter[T]
+	woken      *waiter[T] // granted under the lock, for unlock to wake after
 }
 
 // waiter is one lease queued for a permit, recycled through gate.spare.
@@ -249,9 +242,8 @@ func (g *gate[T]) acquire(ctx context.Context, wait waitChoice, completes bool, 
 	return nil, w, queued
 }
 
-// acquireLocked (caller holds g.mu), when nobody queues, takes a permit with
-// the newest idle entry, else a parked one and its permit, else a bare
-// permit; else it says whether the lease queues (refusedLocked).
+// acquireLocked is acquire under g.mu: while nobody queues, a permit with the
+// newest idle entry, else a parked one, else a bare permit; else refusedLocked.
 func (g *gate[T]) acquireLocked(wait waitChoice, completes bool) (e *entry[T], a admission) {
 	switch {
 	case g.closed:
@@ -312,8 +304,7 @@ func (g *gate[T]) setBypass() (cameOn bool) {
 // alive counts the items in existence but the dying. Caller holds g.mu.
 func (g *gate[T]) alive() int { return g.held - g.dying + len(g.idle) }
 
-// shrinking: more items alive than size after a resize; returning items
-// are destroyed and freed permits retire until they fit. Caller holds g.mu.
+// shrinking: more items alive than size after a resize (see resize). Caller holds g.mu.
 func (g *gate[T]) shrinking() bool { return g.alive() > g.size }
 
 func (g *gate[T]) bypassNeeded() bool {
@@ -360,7 +351,10 @@ func (g *gate[T]) await(ctx context.Context, w *waiter[T], timeout time.Duration
 	w.skipped.Store(false)
 	g.spare.Put(w)
 	waited = time.Duration(monotime() - start)
-	g.slots.countWait(int64(waited))
+	s := &g.slots.s[procPin()&g.slots.mask] // the slot the wait ended on; atomic adds, off the fast path
+	procUnpin()
+	s.waits.Add(1)
+	s.waitTime.Add(int64(waited))
 	return e, waited, expired, err
 }
 
@@ -423,17 +417,16 @@ func (g *gate[T]) leave(w *waiter[T]) (granted bool) {
 		return false // dequeued, and never to be granted
 	}
 	g.lock()
-	if !w.granted {
-		if !w.skipped.Load() {
-			g.waiters.remove(w)
-			g.setBypass()
-		}
-		g.unlock()
-		return false
+	granted = w.granted
+	if !granted && !w.skipped.Load() {
+		g.waiters.remove(w)
+		g.setBypass()
 	}
 	g.unlock()
-	<-w.ready // the granter's unlock sends it, if it has not yet
-	return true
+	if granted {
+		<-w.ready // the granter's unlock sends it, if it has not yet
+	}
+	return granted
 }
 
 // giveUp passes on a grant that came as w gave up with err, so no permit is
@@ -466,13 +459,12 @@ func (g *gate[T]) enqueueLocked(w *waiter[T], again bool) {
 // and reports false: the caller destroys e, then frees its permit.
 func (g *gate[T]) giveBack(e *entry[T]) (accepted bool) {
 	g.lock()
-	if g.closed || g.shrinking() {
-		g.unlock()
-		return false
+	accepted = !g.closed && !g.shrinking()
+	if accepted {
+		g.giveBackLocked(e)
 	}
-	g.giveBackLocked(e)
 	g.unlock()
-	return true
+	return accepted
 }
 
 // giveBackLocked: giveBack under g.mu without refusal (also for unparking).
@@ -484,20 +476,16 @@ func (g *gate[T]) giveBackLocked(e *entry[T]) {
 	g.dropPermitLocked()
 }
 
-// free frees a permit held with no item.
-func (g *gate[T]) free() { g.end(1, 0, 0) }
-
-// createEnded gives back a turn to create, as the creation ended or its
-// holder did not create.
+// free frees a permit held with no item; createEnded gives back a turn to
+// create, as the creation ended or its holder did not create; destroyed frees
+// the permit of an item whose Destroy returned or timed out.
+func (g *gate[T]) free()        { g.end(1, 0, 0) }
 func (g *gate[T]) createEnded() { g.end(0, 1, 0) }
-
-// destroyed frees the permit of an item whose Destroy returned or timed out.
-func (g *gate[T]) destroyed() { g.end(1, 0, 1) }
+func (g *gate[T]) destroyed()   { g.end(1, 0, 1) }
 
 // end gives back permits held with no item, turns to create and dying marks,
-// and grants what came free as grantTurnsLocked does: a freed permit, while
-// items exceed size, retires (its item was one too many); with no turn for
-// the waiter it stays free until a creation's end grants it.
+// then grants what came free (grantTurnsLocked); a freed permit retires while
+// items exceed size (its item was one too many).
 func (g *gate[T]) end(permits, turns, dying int) {
 	g.lock()
 	g.creating -= turns
@@ -619,8 +607,8 @@ func (g *gate[T]) takeIdle() *entry[T] {
 	return e
 }
 
-// refusal is the error of a lease refused as a for want of room, naming the
-// size now; nil for the other refusals.
+// refusal is the error of a lease refused for want of room, naming the size
+// now; nil for the other refusals.
 func (g *gate[T]) refusal(a admission) error { return g.refusals.Load()[a] }
 
 // retired reports whether e was created, or began its creation, before the

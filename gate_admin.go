@@ -15,7 +15,7 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 	defer g.unlock()
 	g.unparkLocked()
 	n := g.held + len(g.idle)
-	g.idle.filter(func(e *entry[T]) bool {
+	g.idle = slices.DeleteFunc(g.idle, func(e *entry[T]) bool {
 		if !drop(e, n) {
 			return false
 		}
@@ -29,20 +29,17 @@ func (g *gate[T]) takeWhere(drop func(e *entry[T], items int) bool) (es []*entry
 }
 
 // takeIdleIf takes, with a permit, the oldest idle entry want accepts, or nil.
-func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
+func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) *entry[T] {
 	g.lock()
 	defer g.unlock()
 	g.unparkLocked()
-	g.idle.filter(func(c *entry[T]) (drop bool) {
-		if e == nil && want(c) {
-			e = c
-			return true
-		}
-		return false
-	})
-	if e != nil {
-		g.held++
+	i := slices.IndexFunc(g.idle, want)
+	if i < 0 {
+		return nil
 	}
+	e := g.idle[i]
+	g.idle = slices.Delete(g.idle, i, i+1)
+	g.held++
 	return e
 }
 
@@ -50,11 +47,9 @@ func (g *gate[T]) takeIdleIf(want func(*entry[T]) bool) (e *entry[T]) {
 // permit each, so they count against the cap until destroyed; a queued one's
 // permit is free to take, as held + idle <= size. Caller holds g.mu.
 func (g *gate[T]) drainIdleLocked() []*entry[T] {
+	g.unparkLocked()
 	es := g.idle.popOldest(nil, len(g.idle))
 	g.held += len(es)
-	for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-		es = append(es, e)
-	}
 	g.dying += len(es)
 	return es
 }
@@ -119,11 +114,10 @@ func (g *gate[T]) settleLocked() {
 	})
 }
 
-// counts returns the permits held (by leases, creations and destructions),
-// the idle entries (queued or parked), the waiters, the size, the dying and
-// the slots' sums with fastLeases added. Parked entries move without the
-// lock, so the leased/idle split is a moment's estimate, each within size
-// unless a shrink has not settled.
+// counts returns the permits held less the parked, the idle (queued or
+// parked), the waiters, size, creating, dying and the slots' sums with
+// fastLeases added. Parked entries move without the lock, so the leased/idle
+// split is a moment's estimate, each within size unless a shrink has not settled.
 func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sums slotSums) {
 	g.lock()
 	defer g.unlock()
@@ -133,8 +127,7 @@ func (g *gate[T]) counts() (leased, idle, queued, size, creating, dying int, sum
 	return g.held - sums.parked, len(g.idle) + sums.parked, g.waiters.n, g.size, g.creating, g.dying, sums
 }
 
-// items returns the items in existence as the gate counts them: permits
-// held (leased, parked, being created, checked or destroyed) plus idle.
+// items returns the items in existence as the gate counts them: held plus idle.
 func (g *gate[T]) items() int {
 	g.lock()
 	defer g.unlock()
@@ -156,22 +149,11 @@ func (g *gate[T]) resize(n int, refusals *exhaustedErrs) (excess []*entry[T], er
 	g.size = n
 	g.refusals.Store(refusals) // made by the caller: nothing allocates under the lock
 	g.grantTurnsLocked()
-	over := g.alive() - g.size
 	if g.setBypass() {
-		// Parked entries hold permits of their own; those not to destroy
-		// join the idle queue, as bypass requires.
-		for e := g.slots.steal(); e != nil; e = g.slots.steal() {
-			if over > 0 {
-				excess = append(excess, e)
-				over--
-			} else {
-				g.giveBackLocked(e)
-			}
-		}
+		g.unparkLocked() // nobody waits: parked entries join the idle queue
 	}
-	parked := len(excess)
-	excess = g.idle.popOldest(excess, over) // the rest of the excess is leased
-	g.held += len(excess) - parked
+	excess = g.idle.popOldest(nil, g.alive()-g.size) // the rest of the excess is leased
+	g.held += len(excess)
 	g.dying += len(excess)
 	return excess, nil
 }

@@ -13,11 +13,9 @@ import (
 // The keeper: a pool's one background goroutine, started with the pool
 // for an upkeep (UpkeepInterval) or LeakThreshold, else at the first ask
 // (SeedInBackground, Clear's refill, MinIdle's spares, FailFastAfter's
-// probe). Each turn does what is due: the upkeep's round, LeakThreshold's
-// scan, the creations asked for, backing off after a failure. It holds the
-// pool weakly between turns, and its state is an allocation apart, so the
-// goroutine does not hold the pool: one dropped without Close is collected,
-// and the goroutine ends then.
+// probe). Between turns it holds the pool weakly, and its state is an
+// allocation apart, so a pool dropped without Close is collected, and the
+// goroutine ends then.
 //
 // The invariant: the keeper holds no item a lease could have without that
 // item's permit. An item it checks or creates counts against MaxSize and
@@ -31,19 +29,16 @@ type keeper[T any] struct {
 	upkeepEvery time.Duration // UpkeepInterval; 0: no upkeep
 	watchEvery  time.Duration // LeakThreshold's scans; 0: none
 
-	wake  chan struct{} // cap 1: an ask
-	wants atomic.Uint32 // what the asks want created: the want* bits
-	// refillAfter: Clear's refill waits for that batch of Destroy calls.
-	refillAfter atomic.Pointer[<-chan struct{}]
+	wake        chan struct{}                   // cap 1: an ask
+	wants       atomic.Uint32                   // what the asks want created: the want* bits
+	refillAfter atomic.Pointer[<-chan struct{}] // the Destroy calls Clear's refill waits for
 
-	// started: the goroutine has started, or Close has forbidden it to.
-	started atomic.Bool
+	started atomic.Bool // the goroutine has started, or Close has forbidden it to
 	// running counts the goroutine (goroutineWeight) and each piece of work
 	// it runs apart (OnLeak calls, seeding creations); stopped closes at 0.
 	running atomic.Int64
 	stopped chan struct{}
-	// turn is held while a turn runs: see wait.
-	turn sync.Mutex
+	turn    sync.Mutex // held while a turn runs: see wait
 
 	// The goroutine's own, here so a successor after a runtime.Goexit in a
 	// callback goes on from them; times are time.Now's, as the timers count.
@@ -241,8 +236,7 @@ func (k *keeper[T]) upkeepRound(p *Pool[T]) (ok bool) {
 	return p.mk.fill(allItems, p.opts.MinSize, "upkeep")
 }
 
-// checkIdle checks, one at a time (the others stay leasable), each item idle
-// at least CheckAfterIdle: a failure is destroyed and logged, a pass goes back idle.
+// checkIdle checks each item due a check (checkOne), one at a time: the others stay leasable.
 func (k *keeper[T]) checkIdle(p *Pool[T], now int64) {
 	due := func(e *entry[T]) bool { return p.ck.due(e, now) }
 	_, _, _, size, _, _, _ := p.g.counts()
@@ -322,8 +316,11 @@ func (k *keeper[T]) fillRound(p *Pool[T], d uint32) (owed uint32) {
 	if d&wantProbe != 0 && p.g.isDown() && !(p.g.tryAcquireFill(1, probeItem) && p.mk.createIdle("probe")) {
 		return d // down still: the rest would not create
 	}
-	if d&wantSeed != 0 && !k.seed(p) {
-		owed |= wantSeed
+	if d&wantSeed != 0 {
+		p.mk.seedAll(p.opts.MinSize, k.apart, func() bool { return p.mk.createIdle("seed") })
+		if p.g.short(p.opts.MinSize) { // a failure, the pool down, or leases queued to create
+			owed |= wantSeed
+		}
 	}
 	if d&wantRefill != 0 {
 		k.refillRound(p)
@@ -344,11 +341,4 @@ func (k *keeper[T]) refillRound(p *Pool[T]) {
 // spares creates items up to MinIdle idle; false on a failure or while down.
 func (k *keeper[T]) spares(p *Pool[T]) bool {
 	return p.mk.fill(idleItems, p.opts.MinIdle, "spares")
-}
-
-// seed runs seedAll's creations toward MinSize items; false when they
-// stopped short: a failure, the pool down, or leases queued to create.
-func (k *keeper[T]) seed(p *Pool[T]) bool {
-	p.mk.seedAll(p.opts.MinSize, k.apart, func() bool { return p.mk.createIdle("seed") })
-	return !p.g.short(p.opts.MinSize)
 }

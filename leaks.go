@@ -175,7 +175,6 @@ func (r *leaseRecord) stackOf(gen uint64) string {
 	if !ok || n == 0 {
 		return ""
 	}
-	// One "function\n\tfile:line\n" per frame.
 	var b strings.Builder
 	frames := runtime.CallersFrames(pcs[:n])
 	for {

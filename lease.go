@@ -34,19 +34,16 @@ type entry[T any] struct {
 	checkedAt int64 // clock at the upkeep's last successful check, for CheckAfterIdle
 	checked   bool  // the Preparer has accepted the item at least once
 
-	// useFrom: a sampled lease's start (atEndSampled; metrics.go).
-	useFrom int64
+	useFrom int64 // a sampled lease's start (atEndSampled; metrics.go)
 
-	// cleanup (reports a leak; stopped before Destroy or Detach) and rec (the
-	// latest lease's record) are set at creation (leaks.go).
+	// Made as the creation ends (observer.watch): cleanup reports a leak
+	// (stopped before Destroy or Detach; leaks.go); as the options ask, rec is
+	// the latest lease's record, trace what the lease's end reports to the
+	// Tracer (trace.go), self the registry's weak pointer to the entry.
 	cleanup runtime.Cleanup
 	rec     *leaseRecord
-
-	// trace, with a Tracer, is what the lease's end reports (trace.go).
-	trace *traceState
-
-	// self is the registry's weak pointer to the entry (observer.go).
-	self weak.Pointer[entry[T]]
+	trace   *traceState
+	self    weak.Pointer[entry[T]]
 }
 
 const (

@@ -109,10 +109,9 @@ func (p *Pool[T]) giveBack(e *entry[T]) {
 	}
 }
 
-// giveBackToGate hands e to the oldest waiter, or to the idle queue; a
-// closed pool, or one over MaxSize after a shrink, destroys it. A hand-off
-// does not yield: the woken lease runs when this goroutine next blocks,
-// ends or comes back to the gate (gate.stepAside).
+// giveBackToGate gives e back through the gate (gate.giveBack), destroying it
+// if retired or refused. A hand-off does not yield: the woken lease runs when
+// this goroutine next blocks, ends or comes back to the gate (gate.stepAside).
 func (p *Pool[T]) giveBackToGate(e *entry[T]) {
 	switch {
 	case p.g.retired(e):

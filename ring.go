@@ -63,7 +63,7 @@ type slot[T any] struct {
 
 type slotCounters struct {
 	leases   atomic.Uint64 // leases completed on this processor: see countLease
-	waits    atomic.Uint64 // leases whose wait ended on this processor: see countWait
+	waits    atomic.Uint64 // leases whose wait ended on this processor (gate.await)
 	waitTime atomic.Int64
 }
 
@@ -114,15 +114,6 @@ func (r *slots[T]) countLease(pid int) (k uint64) {
 		c = &r.s[pid&r.mask].leases
 	}
 	return c.Add(1) - 1
-}
-
-// countWait counts a wait in the slot of the processor it ended on, by
-// atomic adds: off the fast path, it need not share countLease's care.
-func (r *slots[T]) countWait(waited int64) {
-	s := &r.s[procPin()&r.mask]
-	procUnpin()
-	s.waits.Add(1)
-	s.waitTime.Add(waited)
 }
 
 // take is written out in Pool.lease, and park's fast path in Pool.release
@@ -206,6 +197,3 @@ func (q *idleQueue[T]) popOldest(es []*entry[T], n int) []*entry[T] {
 	*q = slices.Delete(*q, 0, n)
 	return es
 }
-
-// filter removes the entries drop reports true for, keeping order.
-func (q *idleQueue[T]) filter(drop func(*entry[T]) bool) { *q = slices.DeleteFunc(*q, drop) }

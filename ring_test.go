@@ -277,7 +277,7 @@ func TestRingFastPathReadsNoClock(t *testing.T) {
 // past the slots made at New, so that processors share slots, and checks
 // that Stats.Leases and Stats.Waits still count every lease and every wait
 // exactly: a slot's own processor counts without a locked instruction (see
-// countLease and countWait), so a second writer there would lose counts.
+// countLease), so a second writer there would lose counts.
 // The waits are counted independently through testHooks.beforeWait, which
 // await calls once per wait; MaxSize 4 under 32 goroutines makes many.
 func TestRingLeaseCountExactWhenProcessorsOutnumberSlots(t *testing.T) {
