@@ -62,31 +62,31 @@ const (
 type instrument struct {
 	name, unit, desc string
 	kind             instKind
-	fig              figure                     // histogram, counter: what it records
-	attr             string                     // counter, observed ints: the attribute splitting it, if any,
-	values           []string                   // with its values, indexed as the figure's adds (or ints' v) are
-	ints             func(*observed, int) int64 // gauge, observed*: what it observes, for attr's v-th value
-	ratio            func(*observed) float64    // ratioGauge: what it observes
+	fig              figure                    // histogram, counter: what it records
+	attr             string                    // counter, observed ints: the attribute splitting it, if any,
+	values           []string                  // with its values, indexed as the figure's adds (or ints' v) are
+	ints             func(*reading, int) int64 // gauge, observed*: what it observes, for attr's v-th value
+	ratio            func(*reading) float64    // ratioGauge: what it observes
 	// conventional: a figure the conventions' instrument carries, in its place,
 	// with Options.StandardMetricNames.
 	conventional bool
 }
 
-// observed is what the gauges' callback reads: Stats, and the items being
+// reading is what the gauges' callback reads: Stats, and the items being
 // checked, which the conventions' used count leaves out.
-type observed struct {
+type reading struct {
 	Stats
 	checking int64
 }
 
 // observe is what the gauges' callback reads of a pool with Stats s.
-func (o *observer[T]) observe(s Stats) observed {
-	return observed{Stats: s, checking: o.checking.Load()}
+func (o *observer[T]) observe(s Stats) reading {
+	return reading{Stats: s, checking: o.checking.Load()}
 }
 
 // stat makes an instrument's ints from a Stats figure.
-func stat(f func(*Stats) int) func(*observed, int) int64 {
-	return func(o *observed, _ int) int64 { return int64(f(&o.Stats)) }
+func stat(f func(*Stats) int) func(*reading, int) int64 {
+	return func(o *reading, _ int) int64 { return int64(f(&o.Stats)) }
 }
 
 // poolInstruments are the pool's instruments, named pool.*.
@@ -97,14 +97,14 @@ var poolInstruments = []instrument{
 	{name: "pool.leases.queued", unit: "{lease}", desc: "Leases waiting for an item: MaxSize items in use, or MaxConcurrentCreates items being created.", kind: gauge, ints: stat(func(s *Stats) int { return s.QueuedLeases }), conventional: true},
 	{name: "pool.items.max", unit: "{item}", desc: "MaxSize now: the most items the pool lets exist. Saturation is pool.leases.active / pool.items.max.", kind: gauge, ints: stat(func(s *Stats) int { return s.MaxSize }), conventional: true},
 	{name: "pool.items.min", unit: "{item}", desc: "MinSize: the idle floor the pool refills to.", kind: gauge, ints: stat(func(s *Stats) int { return s.MinSize })},
-	{name: "pool.backend.down", unit: "1", desc: "1 while the pool is down (FailFastAfter creations in a row failed, none succeeded since): leases that must create fail fast; else 0.", kind: gauge, ints: func(o *observed, _ int) int64 {
+	{name: "pool.backend.down", unit: "1", desc: "1 while the pool is down (FailFastAfter creations in a row failed, none succeeded since): leases that must create fail fast; else 0.", kind: gauge, ints: func(o *reading, _ int) int64 {
 		if o.BackendDown {
 			return 1
 		}
 		return 0
 	}},
-	{name: "pool.utilization", unit: "1", desc: "pool.leases.active / pool.items.allocated; 0 when nothing is allocated.", kind: ratioGauge, ratio: func(o *observed) float64 { return float64(o.ActiveLeases) / float64(max(o.ItemsAllocated, 1)) }},
-	{name: "pool.leases.granted", unit: "{lease}", desc: "Successful leases.", kind: observedCounter, ints: func(o *observed, _ int) int64 { return int64(o.Leases) }},
+	{name: "pool.utilization", unit: "1", desc: "pool.leases.active / pool.items.allocated; 0 when nothing is allocated.", kind: ratioGauge, ratio: func(o *reading) float64 { return float64(o.ActiveLeases) / float64(max(o.ItemsAllocated, 1)) }},
+	{name: "pool.leases.granted", unit: "{lease}", desc: "Successful leases.", kind: observedCounter, ints: func(o *reading, _ int) int64 { return int64(o.Leases) }},
 	{name: "pool.lease.wait_time", unit: "s", desc: "Time a successful lease waited for an item; leases served at once are not recorded.", kind: histogram, fig: figWaitTime, conventional: true},
 	{name: "pool.lease.use_time", unit: "s", desc: fmt.Sprintf("How long leases were held, from the lease to its end (Release, Discard or Detach). "+
 		"A uniform sample, one lease in %d on each processor: its quantiles are the leases' own, its count is not the number of leases (pool.leases.granted is).", useSampleEvery),
@@ -132,7 +132,7 @@ const (
 // destroyed), idle.max is MaxSize, idle.min is MinIdle.
 var standardInstruments = []instrument{
 	{name: "db.client.connection.count", unit: "{connection}", desc: "The number of connections that are currently in state described by the `state` attribute.",
-		kind: observedUpDown, attr: stdStateKey, values: []string{"idle", "used"}, ints: func(o *observed, v int) int64 {
+		kind: observedUpDown, attr: stdStateKey, values: []string{"idle", "used"}, ints: func(o *reading, v int) int64 {
 			if v == 0 {
 				return int64(o.ItemsAvailable)
 			}
@@ -143,7 +143,7 @@ var standardInstruments = []instrument{
 	{name: "db.client.connection.max", unit: "{connection}", desc: "The maximum number of open connections allowed.", kind: observedUpDown, ints: stat(func(s *Stats) int { return s.MaxSize })},
 	{name: "db.client.connection.pending_requests", unit: "{request}", desc: "The number of current pending requests for an open connection.", kind: observedUpDown, ints: stat(func(s *Stats) int { return s.QueuedLeases })},
 	{name: "db.client.connection.timeouts", unit: "{timeout}", desc: "The number of connection timeouts that have occurred trying to obtain a connection from the pool.",
-		kind: observedCounter, ints: func(o *observed, _ int) int64 { return int64(o.Timeouts) }},
+		kind: observedCounter, ints: func(o *reading, _ int) int64 { return int64(o.Timeouts) }},
 	{name: "db.client.connection.create_time", unit: "s", desc: "The time it took to create a new connection.", kind: histogram, fig: figCreateTime},
 	{name: "db.client.connection.wait_time", unit: "s", desc: "The time it took to obtain an open connection from the pool.", kind: histogram, fig: figWaitTime},
 	{name: "db.client.connection.use_time", unit: "s", desc: "The time between borrowing a connection and returning it to the pool.", kind: histogram, fig: figUseTime},
@@ -240,7 +240,7 @@ func (m *metrics) inc(ctx context.Context, f figure, by int) {
 // (nothing once it reports false: the pool is gone); without metrics it
 // does nothing. The callback holds m, not the observer, which is part of
 // the pool.
-func (o *observer[T]) startGauges(now func() (observed, bool)) error {
+func (o *observer[T]) startGauges(now func() (reading, bool)) error {
 	m := o.m
 	if m == nil {
 		return nil

@@ -105,11 +105,11 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	// After seeding: the gauges' callback reads Stats. It holds the pool
 	// weakly, so the provider does not keep a pool dropped without Close.
 	wp := p.self
-	if err := p.ob.startGauges(func() (observed, bool) {
+	if err := p.ob.startGauges(func() (reading, bool) {
 		if q := wp.Value(); q != nil {
 			return q.ob.observe(q.Stats()), true
 		}
-		return observed{}, false
+		return reading{}, false
 	}); err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
