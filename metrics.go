@@ -236,17 +236,17 @@ func (m *metrics) inc(ctx context.Context, f figure, by int) {
 	}
 }
 
-// startGauges registers the gauges' callback, observing what now reports
+// startGauges registers the gauges' callback, observing what read reports
 // (nothing once it reports false: the pool is gone); without metrics it
 // does nothing. The callback holds m, not the observer, which is part of
 // the pool.
-func (o *observer[T]) startGauges(now func() (reading, bool)) error {
+func (o *observer[T]) startGauges(read func() (reading, bool)) error {
 	m := o.m
 	if m == nil {
 		return nil
 	}
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
-		now, ok := now()
+		r, ok := read()
 		if !ok {
 			return nil
 		}
@@ -254,9 +254,9 @@ func (o *observer[T]) startGauges(now func() (reading, bool)) error {
 			for v, opt := range m.obs[i] {
 				switch g := m.observed[i].(type) {
 				case metric.Int64Observable:
-					ob.ObserveInt64(g, in.ints(&now, v), opt)
+					ob.ObserveInt64(g, in.ints(&r, v), opt)
 				case metric.Float64Observable:
-					ob.ObserveFloat64(g, in.ratio(&now), opt)
+					ob.ObserveFloat64(g, in.ratio(&r), opt)
 				}
 			}
 		}
