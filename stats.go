@@ -54,8 +54,9 @@ type Stats struct {
 	// rest, Created == Destroyed + Detached + ItemsAllocated.
 	Created, Destroyed, Detached uint64
 	// IdleExpired and LifetimeExpired count items destroyed for exceeding
-	// IdleTimeout and MaxLifetime; PrepareFailed, items destroyed because
-	// IsReady or Prepare failed or timed out.
+	// IdleTimeout and MaxLifetime; PrepareFailed, checks in which IsReady or
+	// Prepare returned an error or timed out, each destroying its item (a
+	// check that panicked destroys its item too, and is not counted here).
 	IdleExpired, LifetimeExpired, PrepareFailed uint64
 	// UsesExpired counts items destroyed after Options.MaxUses leases.
 	UsesExpired uint64
