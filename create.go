@@ -28,7 +28,6 @@ type maker[T any] struct {
 	name      string
 	nillable  bool          // T has a nil value, which a factory must not return as an item
 	timeout   time.Duration // CreateTimeout
-	failAfter int           // FailFastAfter
 	done      context.Context
 	errClosed error
 	clk       *clock
@@ -279,13 +278,14 @@ func (m *maker[T]) fill(count fillCount, n int, who string) bool {
 // # Fail fast while the backend is down
 //
 // With FailFastAfter, that many failed creations in a row (not New's own
-// seeding, which fails New) put the pool down (gate.down); the next success
-// brings it up. health is what that, ErrBackendDown and ErrLeaseTimeout read
-// of the creations: the last failure stays for the errors to wrap.
+// seeding, which fails New) put the pool down; the next success brings it
+// up. The gate counts them (gate.failures), so whether the pool is down is
+// derived, kept nowhere else. health is what ErrBackendDown, ErrLeaseTimeout
+// and the logs read of the creations: the last failure stays for the errors
+// to wrap.
 type health struct {
-	inARow atomic.Int64 // failed creations since the last success
 	last   atomic.Pointer[failedCreation]
-	downAt atomic.Int64 // monotime, written before the gate goes down
+	downAt atomic.Int64 // monotime of the last failure while up: the one that put the pool down, once it is
 }
 
 type failedCreation struct {
@@ -297,22 +297,18 @@ type failedCreation struct {
 func (m *maker[T]) failed(err error) {
 	at := monotime()
 	m.health.last.Store(&failedCreation{err: err, at: at})
-	n := m.health.inARow.Add(1)
-	if m.failAfter > 0 && n >= int64(m.failAfter) && !m.g.isDown() {
+	if !m.g.isDown() {
 		m.health.downAt.Store(at)
-		if m.g.setDown(true) {
-			m.ob.log(slog.LevelWarn, fmt.Sprintf("backend down: %d creations in a row failed; leases that must create fail fast until a creation in the background succeeds", n), err)
-			m.askProbe()
-		}
+	}
+	if n, wentDown := m.g.createFailed(); wentDown {
+		m.ob.log(slog.LevelWarn, fmt.Sprintf("backend down: %d creations in a row failed; leases that must create fail fast until a creation in the background succeeds", n), err)
+		m.askProbe()
 	}
 }
 
 // succeeded: the backend is up.
 func (m *maker[T]) succeeded() {
-	if m.health.inARow.Load() != 0 {
-		m.health.inARow.Store(0)
-	}
-	if m.g.isDown() && m.g.setDown(false) {
+	if m.g.createSucceeded() {
 		down := time.Duration(monotime() - m.health.downAt.Load()).Round(time.Millisecond)
 		m.ob.log(slog.LevelInfo, fmt.Sprintf("backend up after %v down: a creation succeeded; leases create items again", down), nil)
 	}

@@ -33,10 +33,13 @@ type gate[T any] struct {
 	// the creation ends or its holder takes an idle item; at most maxCreating.
 	creating, maxCreating int
 	closed                bool
-	// down: FailFastAfter's verdict (create.go, "Fail fast"); while set only
-	// the probe may create, so permits and turns stay free for it. Written
-	// under mu by setDown; read without it by the creations and Stats.
-	down atomic.Bool
+	// failures: creations failed in a row since the last success, counted
+	// only with failAfter (FailFastAfter). The pool is down while at least
+	// failAfter have (isDown): then only the probe may create, so permits
+	// and turns stay free for it. Written under mu; read without it by the
+	// creations and Stats.
+	failures  atomic.Int64
+	failAfter int64
 	// dying: permits, in held, of items from leaving the idle ring or their
 	// holder until Destroy returns; a shrink need not shed them again.
 	dying      int
@@ -254,7 +257,7 @@ func (g *gate[T]) acquireLocked(wait waitChoice, completes bool) (e *entry[T], a
 	if e = g.idle.popNewest(); e != nil {
 		g.held++ // free: idle entries hold no permit, and held + idle <= size
 	} else if e = g.slots.steal(); e == nil {
-		if g.held >= g.size || g.creating >= g.maxCreating || g.down.Load() {
+		if g.held >= g.size || g.creating >= g.maxCreating || g.isDown() {
 			return nil, g.refusedLocked(wait)
 		}
 		g.held++
@@ -274,7 +277,7 @@ func (g *gate[T]) acquireLocked(wait waitChoice, completes bool) (e *entry[T], a
 // wait, else why it is refused. Caller holds g.mu.
 func (g *gate[T]) refusedLocked(wait waitChoice) admission {
 	switch {
-	case g.down.Load() && g.held+len(g.idle) < g.size:
+	case g.isDown() && g.held+len(g.idle) < g.size:
 		return refusedDown // it would create: refused, not queued for a turn it could not use
 	case wait == waitAgain, wait == mayWait && (g.maxQueued == 0 || g.waiters.n < g.maxQueued):
 		return queued
@@ -504,7 +507,7 @@ func (g *gate[T]) end(permits, turns, dying int) {
 func (g *gate[T]) grantTurnsLocked() {
 	for g.waiters.n > 0 && g.held+len(g.idle) < g.size {
 		switch {
-		case g.down.Load():
+		case g.isDown():
 			g.grantOldest(nil, ErrBackendDown)
 		case g.creating < g.maxCreating && g.grantOldest(nil, nil):
 			g.held++ // a waiter exists only while no item is idle: a bare permit
@@ -515,17 +518,35 @@ func (g *gate[T]) grantTurnsLocked() {
 	}
 }
 
-// setDown records FailFastAfter's verdict and reports a change: down, the
-// waiters that would create fail at once; up, they get their turns again.
-func (g *gate[T]) setDown(down bool) (changed bool) {
+// createFailed counts a failed creation, the n-th in a row, and reports
+// whether it put the pool down: then the waiters that would create fail at once.
+func (g *gate[T]) createFailed() (n int64, wentDown bool) {
+	if g.failAfter == 0 {
+		return 0, false // never down: nothing to count
+	}
 	g.lock()
 	defer g.unlock()
-	if g.down.Load() == down {
-		return false
+	n = g.failures.Add(1)
+	if n == g.failAfter {
+		g.grantTurnsLocked()
 	}
-	g.down.Store(down)
-	g.grantTurnsLocked()
-	return true
+	return n, n == g.failAfter
+}
+
+// createSucceeded ends a run of failures and reports whether the pool was
+// down: then the waiters get their turns again.
+func (g *gate[T]) createSucceeded() (cameUp bool) {
+	if g.failures.Load() == 0 {
+		return false // the common case: no lock
+	}
+	g.lock()
+	defer g.unlock()
+	cameUp = g.isDown()
+	g.failures.Store(0)
+	if cameUp {
+		g.grantTurnsLocked()
+	}
+	return cameUp
 }
 
 // toDestroy counts a held permit as dying.
@@ -566,7 +587,7 @@ func (g *gate[T]) tryAcquireFill(n int, count fillCount) bool {
 		have, waiting = 0, false
 	}
 	if g.closed || waiting || g.held+len(g.idle) >= g.size || g.creating >= g.maxCreating || have >= n ||
-		g.down.Load() && count != probeItem {
+		g.isDown() && count != probeItem {
 		return false
 	}
 	g.held++
@@ -628,8 +649,9 @@ func (g *gate[T]) refusedWhy() reason {
 // era is the count of Clears (see slots.era), read as a creation begins.
 func (g *gate[T]) era() uint64 { return g.slots.era.Load() }
 
-// isDown reports FailFastAfter's verdict, without the lock.
-func (g *gate[T]) isDown() bool { return g.down.Load() }
+// isDown reports FailFastAfter's verdict: that many creations in a row
+// failed, none since succeeded. Without the lock, a moment's answer.
+func (g *gate[T]) isDown() bool { return g.failAfter > 0 && g.failures.Load() >= g.failAfter }
 
 // creationsCap is MaxConcurrentCreates, or math.MaxInt for no cap.
 func (g *gate[T]) creationsCap() int { return g.maxCreating }
@@ -637,6 +659,7 @@ func (g *gate[T]) creationsCap() int { return g.maxCreating }
 // init sizes a new gate for the options, with the refusals that name its size.
 func (g *gate[T]) init(o Options[T], refusals *exhaustedErrs) {
 	g.size, g.maxQueued, g.maxCreating = o.MaxSize, o.MaxQueuedLeases, o.MaxConcurrentCreates
+	g.failAfter = int64(o.FailFastAfter)
 	g.refusals.Store(refusals)
 	if g.maxCreating == 0 {
 		g.maxCreating = math.MaxInt

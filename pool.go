@@ -167,7 +167,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	p.kp = newKeeper(p)
 	p.mk = maker[T]{
 		factory: f, name: opts.Name, nillable: canBeNil(reflect.TypeFor[T]()), timeout: opts.CreateTimeout,
-		failAfter: opts.FailFastAfter, done: p.done, errClosed: p.errClosed, clk: p.clk,
+		done: p.done, errClosed: p.errClosed, clk: p.clk,
 		pool: p, g: &p.g, ob: &p.ob, ds: &p.ds, ex: &p.ex,
 		askProbe: func() { p.kp.ask(wantProbe) },
 	}
