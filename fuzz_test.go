@@ -1114,7 +1114,7 @@ func (m *fzModel) setMaxSize(n int) fzOutcome {
 	if m.closed {
 		return fzOutcome{kind: fzClosed}
 	}
-	m.maxSize, m.st.MaxSize = n, n
+	m.maxSize, m.st.MaxSize, m.st.Limit = n, n, n
 	for len(m.waiters) > 0 && m.held+len(m.queue) < m.maxSize {
 		m.held++
 		m.grant(0)
@@ -1301,7 +1301,7 @@ func newFzRun(t *testing.T, c fzConfig) *fzRun {
 	if upkeep {
 		opts.UpkeepInterval = fzUpkeepInterval
 	}
-	m.st.Name, m.st.MaxSize, m.st.MinSize, m.st.MinIdle = opts.Name, maxSize, minSize, minIdle
+	m.st.Name, m.st.MaxSize, m.st.Limit, m.st.MinSize, m.st.MinIdle = opts.Name, maxSize, maxSize, minSize, minIdle
 	if c1&1 != 0 {
 		opts.IdleTimeout, m.idleTimeout = fzIdleTimeout, int64(fzIdleTimeout)
 	}

@@ -3,6 +3,7 @@ package pool
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ type keeper[T any] struct {
 
 	upkeepEvery time.Duration // UpkeepInterval; 0: no upkeep
 	watchEvery  time.Duration // LeakThreshold's scans; 0: none
+	sizes       bool          // AdaptiveSize: the sizer's windows
 
 	wake        chan struct{}                   // cap 1: an ask
 	wants       atomic.Uint32                   // what the asks want created: the want* bits
@@ -43,6 +45,7 @@ type keeper[T any] struct {
 	// The goroutine's own, here so a successor after a runtime.Goexit in a
 	// callback goes on from them; times are time.Now's, as the timers count.
 	upkeepAt, watchAt, fillAt  time.Time // when each is due next
+	sizeAt                     time.Time
 	upkeepBackoff, fillBackoff time.Duration
 	owed                       uint32 // wants a failed turn owes, retried at fillAt
 	scans                      scanBufs[T]
@@ -71,6 +74,7 @@ func newKeeper[T any](p *Pool[T]) *keeper[T] {
 		self: p.self, done: p.done,
 		upkeepEvery: p.opts.UpkeepInterval,
 		watchEvery:  p.ob.watchEvery(),
+		sizes:       p.sz != nil,
 		wake:        make(chan struct{}, 1),
 		stopped:     make(chan struct{}),
 	}
@@ -84,6 +88,7 @@ func (k *keeper[T]) start() {
 	now := time.Now()
 	k.upkeepAt = now.Add(spread(k.upkeepEvery))
 	k.watchAt = now.Add(k.watchEvery)
+	k.sizeAt = now.Add(adaptWindow)
 	k.running.Add(goroutineWeight)
 	go k.run()
 }
@@ -165,6 +170,10 @@ func (k *keeper[T]) turnOn(p *Pool[T]) bool {
 		k.watchAt = now.Add(k.watchEvery)
 		p.ob.followAll(&k.scans, k.done, k.apart)
 	}
+	if k.sizes && !now.Before(k.sizeAt) {
+		k.sizeAt = now.Add(adaptWindow)
+		k.adapt(p)
+	}
 	k.fill(p, now)
 	return true
 }
@@ -175,7 +184,7 @@ func (k *keeper[T]) next(now time.Time) time.Duration {
 	for _, due := range [...]struct {
 		at time.Time
 		on bool
-	}{{k.upkeepAt, k.upkeepEvery > 0}, {k.watchAt, k.watchEvery > 0}, {k.fillAt, k.owed != 0}} {
+	}{{k.upkeepAt, k.upkeepEvery > 0}, {k.watchAt, k.watchEvery > 0}, {k.fillAt, k.owed != 0}, {k.sizeAt, k.sizes}} {
 		if due.on && due.at.Before(at) {
 			at = due.at
 		}
@@ -288,6 +297,17 @@ func spread(d time.Duration) time.Duration {
 		return d
 	}
 	return d - time.Duration(tenth) + time.Duration(rand.Int64N(2*tenth+1))
+}
+
+// # The adaptive size
+
+// adapt ends the sizer's window if it is due, logging a move of the limit.
+func (k *keeper[T]) adapt(p *Pool[T]) {
+	s := p.Stats()
+	from, to, _ := p.sz.step(signals{now: p.clk.now(), waits: s.Waits, fails: s.CreateErrors, down: s.BackendDown})
+	if from != to {
+		p.ob.log(slog.LevelDebug, "adaptive size: the limit moved", nil, slog.Int("from", from), slog.Int("to", to))
+	}
 }
 
 // # The creations asked for

@@ -111,7 +111,7 @@ func (p *Pool[T]) lease(ctx context.Context, wait waitChoice, lt *leaseTimes) (L
 // leaseFromGate gets an idle item, or a permit to create, from the gate
 // (queuing if neither); an item needing no judgement or metrics is lent there.
 func (p *Pool[T]) leaseFromGate(ctx context.Context, wait waitChoice, lt *leaseTimes) (Lease[T], error) {
-	plain := (lt == nil || !lt.judge) && !p.ob.measuring()
+	plain := (lt == nil || !lt.judge) && !p.ob.timesLeases()
 	e, w, a := p.g.acquire(ctx, wait, plain, 0)
 	if a == admitted && plain {
 		if p.opts.MinIdle > 0 {
@@ -231,7 +231,7 @@ func (p *Pool[T]) wait(ctx context.Context, w *waiter[T], lt *leaseTimes) (*entr
 // the pool did meanwhile, and the last creation's error if one failed since.
 func (p *Pool[T]) timeoutError(since int64) error {
 	_, _, queued, size, creating, dying, _ := p.g.counts()
-	what := fmt.Sprintf("every item stayed in use (MaxSize %d)", size)
+	what := "every item stayed in use (" + sizeText(size, p.sz.maxSize(size)) + ")"
 	if creating >= p.g.creationsCap() {
 		what = fmt.Sprintf("no item came free, and the creations stayed at MaxConcurrentCreates (%d)", creating)
 	}

@@ -32,6 +32,8 @@ type observer[T any] struct {
 	// conventions' used count.
 	everyLease bool
 	checking   atomic.Int64
+	// sz, with AdaptiveSize, takes every lease's use time.
+	sz *sizer
 
 	// m is nil without a MeterProvider (metrics.go); the lease path reads
 	// it here, not through leakSink.m.
@@ -127,7 +129,13 @@ func (o *observer[T]) detached() {
 // sampleBelow: one in useSampleEvery, evenly spread, never in step with
 // periodic hold times, and each processor's first (k = 0), so a pool's
 // first leases show.
-func (o *observer[T]) sampled(k uint64) bool { return o.everyLease || k*fibonacci < o.sampleBelow }
+func (o *observer[T]) sampled(k uint64) bool {
+	return o.everyLease || o.sz != nil || k*fibonacci < o.sampleBelow
+}
+
+// timesLeases reports whether a lease that got an item is measured: its
+// wait recorded, its use time sampled.
+func (o *observer[T]) timesLeases() bool { return o.m != nil || o.sz != nil }
 
 // sampleUse stamps the start of a sampled lease of e; its end records it.
 func (o *observer[T]) sampleUse(e *entry[T]) {
@@ -151,7 +159,12 @@ func (o *observer[T]) lent(ctx context.Context, e *entry[T], k uint64, lt *lease
 func (o *observer[T]) leaseEnded(e *entry[T]) {
 	w := e.atEnd.Load()
 	if w&atEndSampled != 0 {
-		o.took(context.Background(), figUseTime, e.useFrom)
+		if o.sz != nil {
+			o.sz.record(o.clk.now() - e.useFrom)
+		}
+		if o.m != nil {
+			o.took(context.Background(), figUseTime, e.useFrom)
+		}
 		e.atEnd.And(^uint32(atEndSampled))
 	}
 	if w&atEndReported != 0 {

@@ -48,6 +48,15 @@ type Options[T any] struct {
 	// created or being destroyed. Default DefaultMaxSize.
 	MaxSize int
 
+	// AdaptiveSize lets the pool find its size: a limit under MaxSize on the
+	// items in existence, which the pool's background goroutine moves once a
+	// second from the leases' use times, the leases that waited and the
+	// failed creations (see Adaptive size in the package documentation). It
+	// starts at MinSize (at least 1), and grows only while leases wait and
+	// the use time grows more slowly than the items in use. Stats.Limit
+	// shows it. Off, the default, the limit is MaxSize and costs nothing.
+	AdaptiveSize bool
+
 	// MinIdle items are kept idle as spares: at New, in every upkeep round and
 	// after a lease that may have left fewer (one that did not reuse the item
 	// its goroutine's processor released last), the pool creates items in the

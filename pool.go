@@ -39,6 +39,7 @@ type Pool[T any] struct {
 	ex   expiry[T]
 	ck   checker[T]
 	kp   *keeper[T] // apart from the pool: its goroutine holds the pool weakly
+	sz   *sizer     // with AdaptiveSize; else nil
 	opts Options[T] // with defaults; immutable after New
 
 	clk     *clock
@@ -96,7 +97,7 @@ func New[T any](ctx context.Context, f Factory[T], opts Options[T]) (*Pool[T], e
 	} else if opts.MinSize > 0 {
 		p.kp.ask(wantSeed) // which starts the keeper
 	}
-	if opts.UpkeepInterval > 0 || opts.LeakThreshold > 0 {
+	if opts.UpkeepInterval > 0 || opts.LeakThreshold > 0 || opts.AdaptiveSize {
 		p.kp.start()
 	}
 	if opts.MinIdle > 0 {
@@ -150,7 +151,12 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	if m != nil {
 		p.ob.sampleBelow, p.ob.everyLease = useSampleBelow, opts.StandardMetricNames
 	}
-	p.g.init(opts, exhaustedFor(&opts, opts.MaxSize))
+	p.g.init(opts, exhaustedFor(&opts, opts.MaxSize, opts.MaxSize))
+	if opts.AdaptiveSize {
+		p.sz = newSizer(opts.MinSize, opts.MaxSize, p.clk.now(), p.resize)
+		p.ob.sz = p.sz
+		_ = p.resize(p.sz.limit, opts.MaxSize) // the gate starts at the sizer's limit
+	}
 	p.ds = destroyer[T]{destroy: opts.Destroy, timeout: opts.DestroyTimeout, name: opts.Name, g: &p.g, ob: &p.ob}
 	p.ex = expiry[T]{
 		idleTimeout: int64(opts.IdleTimeout), lifetime: int64(opts.MaxLifetime), jitter: int64(opts.MaxLifetimeJitter),
@@ -171,7 +177,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 		pool: p, g: &p.g, ob: &p.ob, ds: &p.ds, ex: &p.ex,
 		askProbe: func() { p.kp.ask(wantProbe) },
 	}
-	p.slowLease = opts.Tracer != nil || p.ob.recorded() || opts.judges() || m != nil
+	p.slowLease = opts.Tracer != nil || p.ob.recorded() || opts.judges() || m != nil || p.sz != nil
 	p.slowRelease = opts.Reset != nil || opts.MaxUses > 0 || opts.stamps() || opts.Tracer != nil
 	return p, nil
 }
@@ -338,7 +344,17 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 	if n < 1 || n < p.opts.MinSize {
 		return fmt.Errorf("%w: pool %q: SetMaxSize(%d): MaxSize must be at least 1 and at least MinSize (%d)", ErrInvalidOptions, p.opts.Name, n, p.opts.MinSize)
 	}
-	excess, err := p.g.resize(n, exhaustedFor(&p.opts, n))
+	if p.sz != nil {
+		return p.sz.setMax(n)
+	}
+	return p.resize(n, n)
+}
+
+// resize makes limit the bound on the items in existence (MaxSize, or the
+// adaptive limit under it), destroying the idle items beyond it; ErrClosed
+// on a closed pool.
+func (p *Pool[T]) resize(limit, maxSize int) error {
+	excess, err := p.g.resize(limit, exhaustedFor(&p.opts, limit, maxSize))
 	if err != nil {
 		return p.errClosed
 	}
@@ -355,13 +371,24 @@ func (p *Pool[T]) SetMaxSize(n int) error {
 // allocates nothing.
 type exhaustedErrs [numAdmissions]error
 
-// exhaustedFor makes the errors of a pool with the options o and MaxSize size.
-func exhaustedFor[T any](o *Options[T], size int) *exhaustedErrs {
+// exhaustedFor makes the errors of a pool with the options o, MaxSize
+// maxSize and the limit in force.
+func exhaustedFor[T any](o *Options[T], limit, maxSize int) *exhaustedErrs {
+	bound := sizeText(limit, maxSize)
 	return &exhaustedErrs{
-		refusedInUse:    fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d)", ErrExhausted, o.Name, size),
+		refusedInUse:    fmt.Errorf("%w: pool %q: every item is in use (%s)", ErrExhausted, o.Name, bound),
 		refusedCreating: fmt.Errorf("%w: pool %q: no item is idle, and MaxConcurrentCreates (%d) items are being created", ErrExhausted, o.Name, o.MaxConcurrentCreates),
-		refusedQueue:    fmt.Errorf("%w: pool %q: other leases are waiting for an item (MaxSize %d), and TryLease does not wait behind them", ErrExhausted, o.Name, size),
-		refusedQueueFull: fmt.Errorf("%w: pool %q: every item is in use (MaxSize %d) and MaxQueuedLeases (%d) leases are waiting already",
-			ErrExhausted, o.Name, size, o.MaxQueuedLeases),
+		refusedQueue:    fmt.Errorf("%w: pool %q: other leases are waiting for an item (%s), and TryLease does not wait behind them", ErrExhausted, o.Name, bound),
+		refusedQueueFull: fmt.Errorf("%w: pool %q: every item is in use (%s) and MaxQueuedLeases (%d) leases are waiting already",
+			ErrExhausted, o.Name, bound, o.MaxQueuedLeases),
 	}
+}
+
+// sizeText names the bound on items in an error: MaxSize, or the adaptive
+// limit under it.
+func sizeText(limit, maxSize int) string {
+	if limit < maxSize {
+		return fmt.Sprintf("adaptive limit %d, MaxSize %d", limit, maxSize)
+	}
+	return fmt.Sprintf("MaxSize %d", maxSize)
 }

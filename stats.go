@@ -12,6 +12,10 @@ type Stats struct {
 	// SetMaxSize last set it).
 	Name                      string
 	MinSize, MinIdle, MaxSize int
+	// Limit bounds the items in existence now, as MaxSize does: with
+	// Options.AdaptiveSize, the limit the pool found, at most MaxSize; else
+	// MaxSize.
+	Limit int
 
 	// ItemsAllocated is ActiveLeases + ItemsAvailable: the items the pool
 	// accounts for. It exceeds MaxSize only after SetMaxSize shrank it, until
@@ -100,7 +104,8 @@ func (p *Pool[T]) Stats() Stats {
 		Name:           p.opts.Name,
 		MinSize:        p.opts.MinSize,
 		MinIdle:        p.opts.MinIdle,
-		MaxSize:        size,
+		MaxSize:        p.sz.maxSize(size),
+		Limit:          size,
 		ItemsAllocated: held + idle,
 		ItemsAvailable: idle,
 		ActiveLeases:   held,

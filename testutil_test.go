@@ -185,7 +185,8 @@ func assertAtRest(t *testing.T, p *Pool[*conn]) {
 //   - Created - Destroyed - Detached <= MaxSize (Stats reads Created
 //     first, so a snapshot can show less than the truth, never more).
 //   - No lease waits while a permit is free: QueuedLeases > 0 means every
-//     permit is held (ItemsAllocated == MaxSize); Stats reads both under
+//     permit is held (ItemsAllocated == Limit, MaxSize but with
+//     Options.AdaptiveSize); Stats reads both under
 //     the gate's lock.
 func checkInvariants[T any](t testing.TB, p *Pool[T], live func() int64) bool {
 	return checkStats(t, p.Stats(), live, 0)
@@ -196,7 +197,7 @@ func checkInvariants[T any](t testing.TB, p *Pool[T], live func() int64) bool {
 // while a shrink settles (0: MaxSize never changed). With bound =
 // max(s.MaxSize, ceiling), live, ActiveLeases, ItemsAvailable,
 // ItemsAllocated and Created - Destroyed - Detached must be at most bound,
-// and QueuedLeases > 0 means ItemsAllocated >= MaxSize (every permit is
+// and QueuedLeases > 0 means ItemsAllocated >= Limit (every permit is
 // held, and while a shrink settles more items than MaxSize may still be
 // out) or creations are under way (with MaxConcurrentCreates, at its cap). With ceiling <= MaxSize these are checkInvariants' checks exactly
 // (ItemsAllocated <= MaxSize and >= MaxSize: equal).
@@ -218,7 +219,7 @@ func checkStats(t testing.TB, s Stats, live func() int64, ceiling int) bool {
 		t.Errorf("Created - Destroyed - Detached = %d, more than MaxSize %d (bound %d): %+v", n, s.MaxSize, bound, s)
 		ok = false
 	}
-	if s.QueuedLeases > 0 && s.ItemsAllocated < s.MaxSize && s.Creating == 0 {
+	if s.QueuedLeases > 0 && s.ItemsAllocated < s.Limit && s.Creating == 0 {
 		t.Errorf("%d leases queue while a permit is free: %+v", s.QueuedLeases, s)
 		ok = false
 	}

@@ -1,0 +1,171 @@
+package pool
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The sizer: with Options.AdaptiveSize, the limit on items in existence
+// that the gate enforces, moved under MaxSize once a window by the keeper
+// (docs/DESIGN.md, "The adaptive size"). Its state is its own: the lease
+// ends add to two counters (record), and the window reads and resets them.
+//
+// It climbs the backend's throughput. Over a window, busy (the leases' use
+// times summed) over the window's length is the items in use on average,
+// N, and busy over the ends is the mean use time, W; served/s is N / W. So
+// a larger N serves more while W grows more slowly than N does: while the
+// elasticity e = d ln W / d ln N, estimated from successive windows, is
+// below 1. It needs no latency floor, so a backend that slows down as a
+// whole moves no floor for it to relearn: e is a ratio of changes.
+type sizer struct {
+	// Added by each lease's end (record), taken by the window.
+	ends, busy atomic.Int64
+
+	mu sync.Mutex // held by the window's step and by SetMaxSize
+	// max is MaxSize: written under mu, read by Stats without it.
+	max   atomic.Int64
+	floor int // max(MinSize, 1)
+	// limit is the limit in force, as last given to apply; center is where
+	// the dither moves it from, up or down by turns (see step).
+	limit  int
+	center float64
+	up     bool
+	// The window: its start by the pool's clock, and Stats.Waits and
+	// CreateErrors then.
+	from         int64
+	waits, fails uint64
+	// The last window's point (ln N, ln W), if it had one, and the decayed
+	// sums weighing each pair's slope by its Δ ln N squared.
+	last     point
+	sxy, sxx float64
+
+	apply func(limit, max int) error // gives the gate the limit, destroying the excess
+}
+
+type point struct {
+	x, y float64
+	ok   bool
+}
+
+// The window's constants. A window closes after adaptWindow with at least
+// minEnds lease ends, else at the first turn after that with them.
+const (
+	adaptWindow = time.Second
+	minEnds    = 16
+	margin     = 0.1  // e within 1 ± margin: the limit stays
+	decay      = 0.1  // the weight of the previous windows' pairs
+	maxGrowth  = 1.5  // the most a window multiplies the limit by
+	maxShrink  = 0.75 // the least
+)
+
+func newSizer(minSize, maxSize int, now int64, apply func(limit, max int) error) *sizer {
+	s := &sizer{floor: max(minSize, 1), from: now, apply: apply}
+	s.max.Store(int64(maxSize))
+	s.limit, s.center = s.floor, float64(s.floor)
+	return s
+}
+
+// record adds a lease's use time, d nanoseconds.
+func (s *sizer) record(d int64) {
+	s.ends.Add(1)
+	s.busy.Add(max(d, 0))
+}
+
+// signals are what the window reads of the pool besides the use times.
+type signals struct {
+	now          int64  // the pool's clock
+	waits, fails uint64 // Stats.Waits and CreateErrors
+	down         bool   // Stats.BackendDown
+}
+
+// step ends the window if it is due and moves the limit: from and to, and
+// whether the window ended.
+func (s *sizer) step(sig signals) (from, to int, ended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	span, n := sig.now-s.from, s.ends.Load()
+	if span < int64(adaptWindow) || n < minEnds {
+		return s.limit, s.limit, false
+	}
+	s.ends.Add(-n)
+	busy := s.busy.Swap(0)
+	held := float64(busy) / float64(span) // N
+	waited, failed := sig.waits > s.waits, sig.fails > s.fails || sig.down
+	s.from, s.waits, s.fails = sig.now, sig.waits, sig.fails
+
+	e, known := s.elasticity(point{x: math.Log(max(held, 1e-9)), y: math.Log(float64(busy) / float64(n)), ok: true})
+	switch {
+	case known && e > 1+margin:
+		// Past the peak: fewer items in use would serve more.
+		s.center *= max(maxShrink, math.Exp(1-e))
+	case waited && !failed && 2*held >= float64(s.limit) && (!known || e < 1-margin):
+		// Leases waited, and more in use would serve more: at least one
+		// more. Waiting alone is not enough: the limit must be in use, and
+		// the use time still short of growing as fast as the items in use.
+		grown := s.center * min(maxGrowth, math.Exp(1-e))
+		s.center = max(grown, s.center+1)
+	}
+	s.center = min(max(s.center, float64(s.floor)), float64(s.max.Load()))
+	return s.move(), s.limit, true
+}
+
+// elasticity adds p, this window's point, to the pairs and returns their
+// slope, if any pair has a spread in ln N. Each pair's slope is clamped to
+// [0, 3], so that a backend's sudden change in speed between two windows
+// counts as a steep slope, not an unbounded one.
+func (s *sizer) elasticity(p point) (e float64, known bool) {
+	if s.last.ok {
+		dx, dy := p.x-s.last.x, p.y-s.last.y
+		if dx != 0 {
+			s.sxx = decay*s.sxx + dx*dx
+			s.sxy = decay*s.sxy + dx*dx*min(max(dy/dx, 0), 3)
+		}
+	}
+	s.last = p
+	if s.sxx < 1e-6 {
+		return 0, false
+	}
+	return s.sxy / s.sxx, true
+}
+
+// move sets the limit to the center moved by the dither, a sixteenth of it
+// (at least 1), up or down by turns: successive windows then differ in N
+// even where it would not (all the limit in use, steadily), so the slope
+// stays measured. Caller holds mu.
+func (s *sizer) move() (from int) {
+	from = s.limit
+	d := max(1, int(math.Round(s.center/16)))
+	s.up = !s.up
+	if !s.up {
+		d = -d
+	}
+	to := min(max(int(math.Round(s.center))+d, s.floor), int(s.max.Load()))
+	if to != from && s.apply(to, int(s.max.Load())) == nil {
+		s.limit = to
+	}
+	return from
+}
+
+// maxSize is MaxSize, given the gate's size: the same without a sizer.
+func (s *sizer) maxSize(size int) int {
+	if s == nil {
+		return size
+	}
+	return int(s.max.Load())
+}
+
+// setMax is SetMaxSize's: the limit goes under the new MaxSize at once.
+func (s *sizer) setMax(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.max.Store(int64(n))
+	s.center = min(s.center, float64(n))
+	to := min(s.limit, n)
+	if err := s.apply(to, n); err != nil {
+		return err
+	}
+	s.limit = to
+	return nil
+}

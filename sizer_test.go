@@ -1,0 +1,181 @@
+package pool
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sizerRig drives a sizer window by window with a backend whose mean use
+// time, for n items in use, is useTime(n): each window the items in use are
+// the limit, or demand if fewer.
+type sizerRig struct {
+	t       *testing.T
+	s       *sizer
+	now     int64
+	waits   uint64
+	fails   uint64
+	down    bool
+	applied []int
+}
+
+func newSizerRig(t *testing.T, minSize, maxSize int) *sizerRig {
+	r := &sizerRig{t: t}
+	r.s = newSizer(minSize, maxSize, 0, func(limit, max int) error {
+		require.LessOrEqual(t, limit, max, "a limit above MaxSize")
+		require.GreaterOrEqual(t, limit, 1, "a limit below 1")
+		r.applied = append(r.applied, limit)
+		return nil
+	})
+	return r
+}
+
+// window runs one window with demand items wanted and useTime's backend,
+// leases waiting when demand exceeds the limit; it returns the new limit.
+func (r *sizerRig) window(demand float64, useTime func(n float64) time.Duration) int {
+	held := min(demand, float64(r.s.limit))
+	w := useTime(held)
+	ends := int64(held * float64(adaptWindow) / float64(w))
+	for range ends {
+		r.s.record(int64(w))
+	}
+	if demand > float64(r.s.limit) {
+		r.waits += uint64(ends)
+	}
+	r.now += int64(adaptWindow)
+	_, to, ended := r.s.step(signals{now: r.now, waits: r.waits, fails: r.fails, down: r.down})
+	require.True(r.t, ended, "a window with %d ends did not end", ends)
+	return to
+}
+
+// uslUseTime is a USL backend's use time: 1/λ × (1 + σ(N−1) + κN(N−1)).
+func uslUseTime(lambda, sigma, kappa float64) func(n float64) time.Duration {
+	return func(n float64) time.Duration {
+		return time.Duration(float64(time.Second) / lambda * (1 + sigma*(n-1) + kappa*n*(n-1)))
+	}
+}
+
+func TestSizerFindsTheThroughputPeak(t *testing.T) {
+	r := newSizerRig(t, 0, 64)
+	usl := uslUseTime(200, 0.05, 0.004) // served/s peaks at N ≈ 15.4
+	var limits []int
+	for range 60 {
+		limits = append(limits, r.window(64, usl))
+	}
+	t.Logf("limits %v", limits)
+	settled := limits[30:]
+	for _, l := range settled {
+		require.InDelta(t, 15.4, l, 3.5, "limits %v", limits)
+	}
+	require.LessOrEqual(t, slicesMax(limits), 64)
+}
+
+func TestSizerStartsAtMinSize(t *testing.T) {
+	require.Equal(t, 1, newSizerRig(t, 0, 8).s.limit)
+	require.Equal(t, 3, newSizerRig(t, 3, 8).s.limit)
+}
+
+// A queue alone does not grow the limit: the use time grows as fast as the
+// items in use (a backend that serves one at a time), so the limit stays low.
+func TestSizerDoesNotGrowOnWaitingAlone(t *testing.T) {
+	r := newSizerRig(t, 0, 64)
+	serial := func(n float64) time.Duration { return time.Duration(n * float64(10*time.Millisecond)) }
+	var limits []int
+	for range 40 {
+		limits = append(limits, r.window(64, serial))
+	}
+	require.LessOrEqual(t, slicesMax(limits[10:]), 4, "limits %v", limits)
+}
+
+// Leases that wait on a backend whose use time does not grow with the
+// items in use grow the limit, up to MaxSize and never past it.
+func TestSizerGrowsToMaxSizeOnAFlatBackend(t *testing.T) {
+	r := newSizerRig(t, 0, 32)
+	flat := func(float64) time.Duration { return 5 * time.Millisecond }
+	var limits []int
+	for range 20 {
+		limits = append(limits, r.window(1000, flat))
+	}
+	require.Equal(t, 32, slicesMax(limits), "limits %v", limits)
+	require.GreaterOrEqual(t, limits[len(limits)-1], 30, "limits %v", limits)
+}
+
+// Without leases waiting, the limit holds: a light load is not starved and
+// leads nowhere.
+func TestSizerHoldsWithoutDemand(t *testing.T) {
+	r := newSizerRig(t, 4, 64)
+	usl := uslUseTime(200, 0.05, 0.004)
+	for range 20 {
+		require.InDelta(t, 4, r.window(2, usl), 1)
+	}
+}
+
+// While creations fail, or the pool is down, the limit does not grow.
+func TestSizerDoesNotGrowWhileFailing(t *testing.T) {
+	usl := uslUseTime(200, 0.05, 0.004)
+	for _, how := range []string{"creations failing", "down"} {
+		r := newSizerRig(t, 0, 64)
+		for range 20 {
+			if how == "down" {
+				r.down = true
+			} else {
+				r.fails++
+			}
+			require.LessOrEqual(t, r.window(64, usl), 2, how)
+		}
+	}
+}
+
+// SetMaxSize below the limit brings the limit under it at once, and the
+// limit never goes back above it; raising it lets the limit grow again.
+func TestSizerFollowsSetMaxSize(t *testing.T) {
+	r := newSizerRig(t, 0, 64)
+	flat := func(float64) time.Duration { return 5 * time.Millisecond }
+	for range 10 {
+		r.window(1000, flat)
+	}
+	require.NoError(t, r.s.setMax(6))
+	require.Equal(t, 6, r.s.limit)
+	for range 10 {
+		require.LessOrEqual(t, r.window(1000, flat), 6)
+	}
+	require.NoError(t, r.s.setMax(20))
+	for range 10 {
+		r.window(1000, flat)
+	}
+	require.InDelta(t, 20, r.s.limit, 1, "the dither moves it down by turns")
+}
+
+// A limit the gate refused (a closed pool) is not taken.
+func TestSizerKeepsTheLimitTheGateRefused(t *testing.T) {
+	s := newSizer(0, 64, 0, func(int, int) error { return errors.New("closed") })
+	for range 100 {
+		s.record(int64(time.Millisecond))
+	}
+	s.step(signals{now: int64(time.Second), waits: 1})
+	require.Equal(t, 1, s.limit)
+}
+
+// A window with too few lease ends goes on until it has them.
+func TestSizerWindowWaitsForEnoughEnds(t *testing.T) {
+	s := newSizer(0, 64, 0, func(int, int) error { return nil })
+	s.record(int64(time.Millisecond))
+	_, _, ended := s.step(signals{now: int64(5 * time.Second), waits: 1})
+	require.False(t, ended)
+	for range minEnds {
+		s.record(int64(time.Millisecond))
+	}
+	_, _, ended = s.step(signals{now: int64(6 * time.Second), waits: 1})
+	require.True(t, ended)
+}
+
+func slicesMax(xs []int) int {
+	m := math.MinInt
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
