@@ -53,11 +53,11 @@ type point struct {
 // minEnds lease ends, else at the first turn after that with them.
 const (
 	adaptWindow = time.Second
-	minEnds    = 16
-	margin     = 0.1  // e within 1 ± margin: the limit stays
-	decay      = 0.1  // the weight of the previous windows' pairs
-	maxGrowth  = 1.5  // the most a window multiplies the limit by
-	maxShrink  = 0.75 // the least
+	minEnds     = 16
+	margin      = 0.1  // e within 1 ± margin: the limit stays
+	decay       = 0.1  // the weight of the previous windows' pairs
+	maxGrowth   = 1.5  // the most a window multiplies the limit by
+	maxShrink   = 0.75 // the least
 )
 
 func newSizer(minSize, maxSize int, now int64, apply func(limit, max int) error) *sizer {
