@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
 )
 
 // bubbleClock makes the pool's clock the bubble's, so use times are
@@ -78,4 +81,51 @@ func assertNoErr(t *testing.T, err error) bool {
 		return false
 	}
 	return true
+}
+
+// The limit is published as pool.items.limit and, with StandardMetricNames,
+// as db.client.connection.max; its moves are logged at Debug.
+func TestAdaptiveSizeIsObserved(t *testing.T) {
+	for _, std := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			bubbleClock(t)
+			mp, r := mtProvider(t)
+			var logs logBuffer
+			p, err := New[*conn](bg, &tracker{}, Options[*conn]{
+				Name: "api", MaxSize: 16, AdaptiveSize: true, MeterProvider: mp, StandardMetricNames: std,
+				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			})
+			require.NoError(t, err)
+			defer p.Close()
+			ctx, stop := context.WithTimeout(bg, 5*time.Second)
+			defer stop()
+			var wg sync.WaitGroup
+			for range 8 { // leases wait on a backend that does not slow: the limit grows
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						l := mustLease(t, p)
+						time.Sleep(time.Millisecond)
+						l.Release()
+					}
+				})
+			}
+			wg.Wait()
+			s := p.Stats()
+			require.Greater(t, s.Limit, 1)
+			name, attr := "pool.items.limit", mtAttrs("api")
+			if std {
+				name, attr = "db.client.connection.max", attribute.NewSet(attribute.String("db.client.connection.pool.name", "api"))
+			}
+			got := mtCollect(t, r)
+			var pts map[attribute.Distinct]int64
+			if std {
+				pts = stdAssertKind(t, got, dbconv.ClientConnectionMax{})
+			} else {
+				pts = got.mtGauge(t, name, "{item}")
+			}
+			require.EqualValues(t, s.Limit, pts[attr.Equivalent()], "%s", name)
+			require.Contains(t, logs.String(), "adaptive size: the limit moved")
+			require.Contains(t, logs.String(), "from=1 to=")
+		})
+	}
 }

@@ -101,6 +101,7 @@ func ExampleOptions_meterProvider() {
 	// pool.items.available{pool.name=api} 0
 	// pool.items.created{pool.name=api} 2
 	// pool.items.destroyed{pool.name=api,reason=discard} 1
+	// pool.items.limit{pool.name=api} 1
 	// pool.items.max{pool.name=api} 1
 	// pool.items.min{pool.name=api} 0
 	// pool.lease.errors{error.type=exhausted,pool.name=api} 1

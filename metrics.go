@@ -96,6 +96,7 @@ var poolInstruments = []instrument{
 	{name: "pool.leases.active", unit: "{lease}", desc: "Items in use: leased, or being created or destroyed.", kind: gauge, ints: stat(func(s *Stats) int { return s.ActiveLeases })},
 	{name: "pool.leases.queued", unit: "{lease}", desc: "Leases waiting for an item: MaxSize items in use, or MaxConcurrentCreates items being created.", kind: gauge, ints: stat(func(s *Stats) int { return s.QueuedLeases }), conventional: true},
 	{name: "pool.items.max", unit: "{item}", desc: "MaxSize now: the most items the pool lets exist. Saturation is pool.leases.active / pool.items.max.", kind: gauge, ints: stat(func(s *Stats) int { return s.MaxSize }), conventional: true},
+	{name: "pool.items.limit", unit: "{item}", desc: "The limit on items in existence now: with AdaptiveSize, the limit the pool found under MaxSize; else MaxSize.", kind: gauge, ints: stat(func(s *Stats) int { return s.Limit }), conventional: true},
 	{name: "pool.items.min", unit: "{item}", desc: "MinSize: the idle floor the pool refills to.", kind: gauge, ints: stat(func(s *Stats) int { return s.MinSize })},
 	{name: "pool.backend.down", unit: "1", desc: "1 while the pool is down (FailFastAfter creations in a row failed, none succeeded since): leases that must create fail fast; else 0.", kind: gauge, ints: func(o *reading, _ int) int64 {
 		if o.BackendDown {
@@ -138,9 +139,9 @@ var standardInstruments = []instrument{
 			}
 			return max(int64(o.ActiveLeases-o.Creating-o.Destroying)-o.checking, 0)
 		}},
-	{name: "db.client.connection.idle.max", unit: "{connection}", desc: "The maximum number of idle open connections allowed.", kind: observedUpDown, ints: stat(func(s *Stats) int { return s.MaxSize })},
+	{name: "db.client.connection.idle.max", unit: "{connection}", desc: "The maximum number of idle open connections allowed.", kind: observedUpDown, ints: stat(func(s *Stats) int { return s.Limit })},
 	{name: "db.client.connection.idle.min", unit: "{connection}", desc: "The minimum number of idle open connections allowed.", kind: observedUpDown, ints: stat(func(s *Stats) int { return s.MinIdle })},
-	{name: "db.client.connection.max", unit: "{connection}", desc: "The maximum number of open connections allowed.", kind: observedUpDown, ints: stat(func(s *Stats) int { return s.MaxSize })},
+	{name: "db.client.connection.max", unit: "{connection}", desc: "The maximum number of open connections allowed.", kind: observedUpDown, ints: stat(func(s *Stats) int { return s.Limit })},
 	{name: "db.client.connection.pending_requests", unit: "{request}", desc: "The number of current pending requests for an open connection.", kind: observedUpDown, ints: stat(func(s *Stats) int { return s.QueuedLeases })},
 	{name: "db.client.connection.timeouts", unit: "{timeout}", desc: "The number of connection timeouts that have occurred trying to obtain a connection from the pool.",
 		kind: observedCounter, ints: func(o *reading, _ int) int64 { return int64(o.Timeouts) }},

@@ -44,7 +44,7 @@ var stdConventions = []conventionInstrument{
 // The pool's own instruments whose figures the conventions carry: with
 // StandardMetricNames they give way to the conventions' names.
 var stdReplaced = []string{
-	"pool.items.available", "pool.leases.queued", "pool.items.max",
+	"pool.items.available", "pool.leases.queued", "pool.items.max", "pool.items.limit",
 	"pool.lease.wait_time", "pool.lease.use_time", "pool.items.create_time",
 }
 
