@@ -49,15 +49,31 @@ type point struct {
 	ok   bool
 }
 
-// The window's constants. A window closes after adaptWindow with at least
-// minEnds lease ends, else at the first turn after that with them.
+// The sizer's constants, chosen on the simulated backend of the tests
+// (docs/DESIGN.md, "The adaptive size"). A window closes after adaptWindow
+// with at least minEnds lease ends, else at the first turn after that.
 const (
 	adaptWindow = time.Second
 	minEnds     = 16
-	margin      = 0.1  // e within 1 ± margin: the limit stays
-	decay       = 0.1  // the weight of the previous windows' pairs
-	maxGrowth   = 1.5  // the most a window multiplies the limit by
-	maxShrink   = 0.75 // the least
+	// The limit stays while e is within 1 ± margin, grows by up to
+	// e^(gain·(1−e)) (at most maxGrowth, at least 1 item) and shrinks by
+	// e^(1−e) (at least maxShrink): faster down than up.
+	margin    = 0.15
+	gain      = 0.5
+	maxGrowth = 1.5
+	maxShrink = 0.75
+	// A window is saturated when its items in use average saturation of
+	// the limit: its N is then the limit's, and its slope exact.
+	saturation = 0.9
+	// Each pair of windows weighs its Δ ln N squared, at most maxWeight,
+	// and the older pairs decay by decay a window. A use time that moves by
+	// more than shift in ln, against the items in use, is the backend's
+	// speed changing.
+	maxWeight = 0.05
+	decay     = 0.7
+	shift     = 0.2
+	// The dither moves the limit by center/ditherDiv, at least 1.
+	ditherDiv = 8
 )
 
 func newSizer(minSize, maxSize int, now int64, apply func(limit, max int) error) *sizer {
@@ -95,33 +111,40 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 	waited, failed := sig.waits > s.waits, sig.fails > s.fails || sig.down
 	s.from, s.waits, s.fails = sig.now, sig.waits, sig.fails
 
+	saturated := held >= saturation*float64(s.limit)
 	e, known := s.elasticity(point{x: math.Log(max(held, 1e-9)), y: math.Log(float64(busy) / float64(n)), ok: true})
 	switch {
-	case known && e > 1+margin:
+	case !waited || failed:
+		// No demand past the limit, or the backend failing: it stays.
+	case saturated && known && e > 1+margin:
 		// Past the peak: fewer items in use would serve more.
 		s.center *= max(maxShrink, math.Exp(1-e))
-	case waited && !failed && 2*held >= float64(s.limit) && (!known || e < 1-margin):
-		// Leases waited, and more in use would serve more: at least one
-		// more. Waiting alone is not enough: the limit must be in use, and
-		// the use time still short of growing as fast as the items in use.
-		grown := s.center * min(maxGrowth, math.Exp(1-e))
-		s.center = max(grown, s.center+1)
+	case saturated && (!known || e < 1-margin):
+		// Short of it, or not yet measured: more would serve more.
+		s.center = max(s.center*min(maxGrowth, math.Exp(gain*(1-e))), s.center+1)
+	case !saturated && known && e < 1-3*margin:
+		// Leases waited in bursts, well short of the peak: one more.
+		s.center++
 	}
 	s.center = min(max(s.center, float64(s.floor)), float64(s.max.Load()))
 	return s.move(), s.limit, true
 }
 
 // elasticity adds p, this window's point, to the pairs and returns their
-// slope, if any pair has a spread in ln N. Each pair's slope is clamped to
-// [0, 3], so that a backend's sudden change in speed between two windows
-// counts as a steep slope, not an unbounded one.
+// slope, unless no pair has a spread in ln N since the last change in the
+// backend's speed.
 func (s *sizer) elasticity(p point) (e float64, known bool) {
-	if s.last.ok {
-		dx, dy := p.x-s.last.x, p.y-s.last.y
-		if dx != 0 {
-			s.sxx = decay*s.sxx + dx*dx
-			s.sxy = decay*s.sxy + dx*dx*min(max(dy/dx, 0), 3)
-		}
+	dx, dy := p.x-s.last.x, p.y-s.last.y
+	switch {
+	case !s.last.ok:
+	case math.Abs(dy) > shift && (dx == 0 || dy/dx < 0 || dy/dx > 2):
+		// No backend's use time grows faster than N², nor falls as N
+		// grows: its speed changed, and what was learned of it goes.
+		s.sxx, s.sxy = 0, 0
+	case dx != 0:
+		w := min(dx*dx, maxWeight) / (dx * dx)
+		s.sxx = decay*s.sxx + w*dx*dx
+		s.sxy = decay*s.sxy + w*dx*dy
 	}
 	s.last = p
 	if s.sxx < 1e-6 {
@@ -130,13 +153,13 @@ func (s *sizer) elasticity(p point) (e float64, known bool) {
 	return s.sxy / s.sxx, true
 }
 
-// move sets the limit to the center moved by the dither, a sixteenth of it
+// move sets the limit to the center moved by the dither, an eighth of it
 // (at least 1), up or down by turns: successive windows then differ in N
 // even where it would not (all the limit in use, steadily), so the slope
 // stays measured. Caller holds mu.
 func (s *sizer) move() (from int) {
 	from = s.limit
-	d := max(1, int(math.Round(s.center/16)))
+	d := max(1, int(math.Round(s.center/ditherDiv)))
 	s.up = !s.up
 	if !s.up {
 		d = -d
