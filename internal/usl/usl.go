@@ -14,6 +14,7 @@
 package usl
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"math/rand/v2"
@@ -254,7 +255,7 @@ type Recorder struct {
 	start time.Time
 
 	mu      sync.Mutex
-	samples []sample // in the order recorded, so by completion time
+	samples []sample // in order of at: Record reads the clock under mu
 }
 
 type sample struct {
@@ -283,11 +284,11 @@ type Summary struct {
 // Summary describes the requests that completed in [from, to).
 func (r *Recorder) Summary(from, to time.Duration) Summary {
 	r.mu.Lock()
-	took := make([]time.Duration, 0, len(r.samples))
-	for _, s := range r.samples {
-		if s.at >= from && s.at < to {
-			took = append(took, s.took)
-		}
+	first, _ := slices.BinarySearchFunc(r.samples, from, atOrAfter)
+	end, _ := slices.BinarySearchFunc(r.samples, max(to, from), atOrAfter)
+	took := make([]time.Duration, 0, end-first)
+	for _, s := range r.samples[first:end] {
+		took = append(took, s.took)
 	}
 	r.mu.Unlock()
 	s := Summary{From: from, To: to, Count: len(took)}
@@ -310,6 +311,10 @@ func (r *Recorder) Windows(from, to, width time.Duration) []Summary {
 	}
 	return ws
 }
+
+// atOrAfter orders a sample against an instant, for a binary search of
+// samples, which are in order of completion.
+func atOrAfter(s sample, at time.Duration) int { return cmp.Compare(s.at, at) }
 
 // rank returns the nearest-rank p-quantile of sorted, which is not empty.
 func rank(sorted []time.Duration, p float64) time.Duration {
