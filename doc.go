@@ -96,28 +96,23 @@
 //
 // # Waiting and errors
 //
-// When MaxSize items are in use, or a lease would create one while
-// Options.MaxConcurrentCreates creations are under way, [Pool.Lease] waits
+// When MaxSize items (or the adaptive limit) are in use, or a lease would
+// create one while Options.MaxConcurrentCreates creations run, [Pool.Lease] waits
 // in a FIFO queue. A released or new item goes straight to the oldest
 // waiting lease, and a destroyed item's place, or an ended creation's turn,
 // goes to it as the right to create a fresh one: a woken lease never wakes
 // to nothing and no newcomer overtakes the queue. A grant skips leases whose
-// ctx has ended, so a storm of them does not delay the live ones. A Release
-// that hands its item over does not yield: the woken lease runs on an idle
-// processor, when the releaser blocks or ends, or when the next lease on its
-// processor steps aside for it (at worst a scheduler's time slice while
-// every processor is busy). A lease whose item fails its check keeps its
-// place: it waits again ahead of the leases that first queued after it, in
-// the order they first queued, and MaxQueuedLeases does not refuse it. The
-// wait ends with:
+// ctx has ended. A Release that hands its item over does not yield; the
+// next lease on its processor steps aside for the woken one. A lease whose
+// item fails its check waits again ahead of the leases that first queued
+// after it, and MaxQueuedLeases does not refuse it. The wait ends with:
 //
 //   - an item;
 //   - [ErrLeaseTimeout], once Options.LeaseTimeout has passed since the
-//     Lease call, with a message saying what the pool was doing, as in pool:
-//     lease timeout: pool "db": every item stayed in use (MaxSize 10) for
-//     5s; 31 leases waiting, 2 items being created, 0 being destroyed; if a
-//     creation failed since the Lease call, it also wraps the last one's
-//     error, for [errors.Is] and [errors.As];
+//     Lease call, with a message saying what the pool was doing (items in
+//     use, leases waiting, creations); if a creation failed since the Lease
+//     call, it also wraps the last one's error, for [errors.Is] and
+//     [errors.As];
 //   - ctx.Err() itself when the caller's ctx ends first, never
 //     ErrLeaseTimeout, so [errors.Is] tells a pool too small from a caller
 //     out of time: a pool's error matches [context.DeadlineExceeded] or
@@ -150,12 +145,11 @@
 //
 // # Stats
 //
-// [Pool.Stats] returns a snapshot; its figures about current items derive
-// from the pool's own bookkeeping, never kept twice. In every snapshot
+// [Pool.Stats] returns a snapshot. In every snapshot
 // ItemsAllocated == ActiveLeases + ItemsAvailable, Destroyed + Detached <=
 // Created, and the items in existence stay within MaxSize but while
 // SetMaxSize shrinks the pool. At rest, Created == Destroyed + Detached +
-// ItemsAllocated. Each field's doc comment says what it counts.
+// ItemsAllocated.
 //
 // # Metrics
 //
@@ -165,7 +159,8 @@
 //
 //   - gauges: pool.items.allocated, pool.items.available,
 //     pool.leases.active, pool.leases.queued, pool.items.max (MaxSize now:
-//     saturation is pool.leases.active / pool.items.max), pool.items.min,
+//     saturation is pool.leases.active / pool.items.max), pool.items.limit
+//     (the limit in force), pool.items.min,
 //     pool.utilization, pool.backend.down (1 while the pool is down, else
 //     0); the counter pool.leases.granted;
 //   - pool.lease.wait_time: the wait of each lease that queued;
@@ -180,9 +175,8 @@
 //     discard, clear, close, resize, max_uses), pool.items.destroy_errors;
 //   - pool.leases.leaked, pool.leases.long.
 //
-// A lease and release of an idle item record nothing but that sample; the
-// gauges are read from Stats when the provider collects. Close stops the
-// gauges; a pool dropped without Close can still be collected.
+// A lease and release of an idle item record only that sample; gauges are
+// read from Stats at collection, until Close.
 //
 // Options.StandardMetricNames puts the OpenTelemetry conventions'
 // connection-pool instruments in place of those of the same figures:
@@ -197,8 +191,7 @@
 // ctx it returns), LeaseEnd as it returns, with a [LeaseTrace] of its wait,
 // creation and checks, and Released as a granted lease ends, with a
 // [ReleaseTrace]. A Tracer's panic reaches the caller once the pool has
-// accounted for the lease. examples/tracing adapts it to OpenTelemetry
-// spans. With Tracer nil it costs a compare.
+// accounted for the lease. With Tracer nil it costs a compare.
 //
 // # Leaks
 //
@@ -216,17 +209,15 @@
 //
 // # When leases time out
 //
-// [ErrLeaseTimeout] means every item stayed in use for LeaseTimeout (or,
-// when its message says so, that creations stayed at MaxConcurrentCreates):
-// the load needs more than MaxSize items, or something holds them too long.
-// Look at [Pool.Stats] (ActiveLeases against MaxSize, QueuedLeases,
-// Timeouts, Leaked, LongLeases), then set LeakThreshold a little above the
-// longest lease your code should hold: it reports the leases held longer,
-// and [Pool.Outstanding] lists the leases out now, oldest first, with
-// their ages and, with TrackLeaseSites, their stacks (cheap enough for a
-// debug handler under load).
-// Raise MaxSize only when the leases are short and the load is real.
-// examples/holders shows the whole story.
+// [ErrLeaseTimeout] means every item stayed in use for LeaseTimeout (or
+// creations stayed at MaxConcurrentCreates): the load needs more items, or
+// something holds them too long. Look at [Pool.Stats] (ActiveLeases,
+// QueuedLeases, Timeouts, Leaked, LongLeases), then set LeakThreshold a
+// little above the longest lease your code should hold: it reports those
+// held longer, and [Pool.Outstanding] lists the leases out, oldest first,
+// with their ages (and stacks, with TrackLeaseSites). Raise MaxSize only
+// when the leases are short and the load is real. examples/holders shows
+// the whole story.
 //
 // # When the backend is down
 //
@@ -263,12 +254,12 @@
 //
 // A pool runs at most one goroutine of its own in the background, whatever the
 // options, and only when they give it work: the upkeep, the creations of
-// SeedInBackground, MinIdle, Clear's refill and FailFastAfter's probe, and
-// LeakThreshold's scans. (User callbacks may run on short-lived goroutines of
-// the pool's besides: Destroy, OnLeak, a creation whose lease gave up,
-// SeedInBackground's seeding.) It holds the pool weakly, so a pool dropped
-// without Close is collected, and the goroutine ends. Close stops it and waits
-// for its callbacks; after Close returns none runs.
+// SeedInBackground, MinIdle, Clear's refill and FailFastAfter's probe,
+// LeakThreshold's scans and the adaptive size (Destroy, OnLeak and
+// abandoned or seeding creations may run on short-lived goroutines
+// besides). It holds the pool weakly, so a pool dropped without Close is
+// collected, and the goroutine ends. Close stops it and waits for its
+// callbacks; after Close returns none runs.
 //
 // Options.UpkeepInterval makes it, every interval, destroy expired idle
 // items, check the items idle past CheckAfterIdle with the Preparer, and
@@ -279,6 +270,20 @@
 // [Pool.SetMaxSize] changes MaxSize at run time: growing serves the waiting
 // leases at once, shrinking destroys idle items beyond it now and leased
 // ones as they come back.
+//
+// # Adaptive size
+//
+// With Options.AdaptiveSize the pool finds its size: a limit on the items,
+// between max(MinSize, 1), where it starts, and MaxSize, that its
+// background goroutine moves once a second. It grows while leases wait and
+// their use time grows more slowly than the items in use (more then serve
+// more), shrinks once it grows faster (past the backend's peak), and never
+// grows while creations fail or the pool is down. It settles within 30 s;
+// to keep measuring it moves an eighth up or down by turns, and items
+// above a lowered limit go as SetMaxSize's do. Stats.Limit and
+// pool.items.limit show it, a Debug log line each move; each lease reads
+// the clock twice. Leave it off when the best size is known, or leases mix
+// short and long work.
 //
 // # Configuration
 //
@@ -303,8 +308,8 @@
 //     MaxSize (and a factory its turn under MaxConcurrentCreates) until it
 //     returns, and Close waits for it: set DestroyTimeout and bound your
 //     dials. Reset runs in Release: keep it quick.
-//   - A Preparer, IdleTimeout and MaxLifetime put every lease on the slow
-//     path; set CheckAfterIdle when a check costs a round trip.
+//   - A Preparer, IdleTimeout, MaxLifetime and AdaptiveSize put every lease
+//     on the slow path; set CheckAfterIdle when a check costs a round trip.
 //   - PreparationTimeout bounds one item's check, not the lease: bound the
 //     lease with its ctx.
 //
