@@ -72,6 +72,7 @@ const (
 	maxWeight = 0.05
 	decay     = 0.7
 	shift     = 0.2
+	prior     = 1e-4
 	// The dither moves the limit by center/ditherDiv, at least 1.
 	ditherDiv = 8
 )
@@ -122,7 +123,7 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 	case saturated && (!known || e < 1-margin):
 		// Short of it, or not yet measured: more would serve more.
 		s.center = max(s.center*min(maxGrowth, math.Exp(gain*(1-e))), s.center+1)
-	case !saturated && known && e < 1-3*margin:
+	case !saturated && known && e < 1-3*margin && 4*held >= float64(s.limit):
 		// Leases waited in bursts, well short of the peak: one more.
 		s.center++
 	}
@@ -139,8 +140,9 @@ func (s *sizer) elasticity(p point) (e float64, known bool) {
 	case !s.last.ok:
 	case math.Abs(dy) > shift && (dx == 0 || dy/dx < 0 || dy/dx > 2):
 		// No backend's use time grows faster than N², nor falls as N
-		// grows: its speed changed, and what was learned of it goes.
-		s.sxx, s.sxy = 0, 0
+		// grows: its speed changed, and what was learned of it goes. The
+		// slope is taken as 1, where the limit stays, until pairs measure it.
+		s.sxx, s.sxy = prior, prior
 	case dx != 0:
 		w := min(dx*dx, maxWeight) / (dx * dx)
 		s.sxx = decay*s.sxx + w*dx*dx
