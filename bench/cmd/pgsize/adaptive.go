@@ -5,12 +5,11 @@ import (
 	"github.com/msl-armory/pool"
 )
 
-// applyAdaptive is what -adaptive does to the options every run's pool is
-// made with: it sets o.AdaptiveSize = true, so that the pool finds the
-// limit in force by itself and each -size or -sizes entry is its ceiling
-// (MaxSize). The pool this module builds against has no such field yet,
-// so for now -adaptive fails, with exit status 2, before any run; once
-// pool.Options has it, the body is that one assignment.
+// applyAdaptive is what an adaptive run (-adaptive, or an a-prefixed
+// -sizes entry) does to the options its pool is made with: it sets
+// o.AdaptiveSize = true, so that the pool finds the limit in force by
+// itself, under the run's MaxSize as its ceiling. The table's limit column
+// is then Stats().Limit as sampled each second of the measured period.
 func applyAdaptive(o *pool.Options[*pgx.Conn]) {
-	fail("this build of the pool has no AdaptiveSize option")
+	o.AdaptiveSize = true
 }

@@ -4,6 +4,7 @@
 //
 //	bench/pg.sh                       # from the repository: a server of its own, then the sweep
 //	bench/pg.sh -size 8 -duration 60s
+//	bench/pg.sh -sizes a64,8,16,64 -warmup 10s # adaptive under MaxSize 64, beside fixed sizes
 //
 // pgsize needs a server with the table pg.sh creates (hot: id int primary
 // key, n bigint, rows 1..64); -dsn says where. -clients goroutines (64)
@@ -29,9 +30,17 @@
 // range. After each run pgsize checks that hot's sum of n grew by exactly
 // the operations completed, warm-up included.
 //
-// The table (markdown, on stdout): MaxSize, operations a second, the
-// response time's p50 and p99 (nearest rank), and the share of leases that
-// waited for a connection (from Stats). bench/README.md, "PostgreSQL: which
+// With -adaptive every run has Options.AdaptiveSize on, its MaxSize the
+// ceiling under which the pool finds its limit; an entry of -sizes written
+// aN (a64) is such a run beside fixed ones, so that one invocation
+// interleaves them: -sizes a64,8,16,64.
+//
+// The table (markdown, on stdout): MaxSize (with "adaptive" after it for
+// an adaptive run), operations a second, the response time's p50 and p99
+// (nearest rank), the share of leases that waited for a connection (from
+// Stats), and the limit: Stats().Limit sampled each second of the measured
+// period, its median and, when it moved, its range (for a fixed size it is
+// the MaxSize). bench/README.md, "PostgreSQL: which
 // MaxSize", says how to read it.
 package main
 
@@ -59,7 +68,7 @@ import (
 type options struct {
 	dsn      string
 	clients  int
-	sizes    []int
+	runs     []runSpec
 	rows     int
 	stmt     string
 	warmup   time.Duration
@@ -67,6 +76,20 @@ type options struct {
 	timeout  time.Duration
 	rounds   int
 	adaptive bool
+}
+
+// runSpec is one entry of -sizes: a MaxSize, and whether the pool's
+// adaptive limit is on under it.
+type runSpec struct {
+	size     int
+	adaptive bool
+}
+
+func (r runSpec) String() string {
+	if r.adaptive {
+		return fmt.Sprintf("%d adaptive", r.size)
+	}
+	return strconv.Itoa(r.size)
 }
 
 // defaultSizes is -sizes's default.
@@ -92,9 +115,6 @@ func main() {
 			return c.Close(ctx)
 		},
 	}
-	if o.adaptive {
-		applyAdaptive(&base)
-	}
 	if err := run(o, base); err != nil {
 		fmt.Fprintln(os.Stderr, "pgsize:", err)
 		os.Exit(1)
@@ -114,14 +134,14 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.dsn, "dsn", os.Getenv("PGSIZE_DSN"), "the server, as pgx.Connect takes it (default $PGSIZE_DSN; pg.sh sets it)")
 	fs.IntVar(&o.clients, "clients", 64, "goroutines, each leasing, running the statement and releasing in a loop")
 	size := fs.Int("size", 0, "one MaxSize to run, instead of -sizes")
-	sizes := fs.String("sizes", defaultSizes, "MaxSizes to run, comma-separated, in this order")
+	sizes := fs.String("sizes", defaultSizes, "MaxSizes to run, comma-separated, in this order; aN (a64) is an adaptive run with MaxSize N")
 	fs.IntVar(&o.rows, "rows", 4, fmt.Sprintf("hot rows: each statement picks one of ids 1..rows at random (at most %d)", maxRows))
 	fs.StringVar(&o.stmt, "stmt", "update", "the statement: update (autocommit UPDATE of one row) or lock (a transaction: SELECT ... FOR UPDATE, then UPDATE)")
 	fs.DurationVar(&o.warmup, "warmup", 5*time.Second, "run time before the measurement, per size")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "measured run time per size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "the ctx of each operation, lease and statement; one that ends stops the run")
 	fs.IntVar(&o.rounds, "rounds", 1, "times to run every size, alternating the order")
-	fs.BoolVar(&o.adaptive, "adaptive", false, "turn on the pool's adaptive size limit (Options.AdaptiveSize), each size then its ceiling")
+	fs.BoolVar(&o.adaptive, "adaptive", false, "turn on the pool's adaptive size limit (Options.AdaptiveSize) in every run, each size then its ceiling (MaxSize)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -132,20 +152,23 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("no -dsn (run it through bench/pg.sh)")
 	}
 	if *size != 0 {
-		o.sizes = []int{*size}
+		o.runs = []runSpec{{size: *size}}
 	} else {
 		for f := range strings.SplitSeq(*sizes, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
+			f = strings.TrimSpace(f)
+			num, adaptive := strings.CutPrefix(f, "a")
+			n, err := strconv.Atoi(num)
 			if err != nil {
-				return o, fmt.Errorf("-sizes: %q is not a number", f)
+				return o, fmt.Errorf("-sizes: %q is not a number or aN", f)
 			}
-			o.sizes = append(o.sizes, n)
+			o.runs = append(o.runs, runSpec{size: n, adaptive: adaptive})
 		}
 	}
-	for _, n := range o.sizes {
-		if n < 1 {
-			return o, fmt.Errorf("MaxSize %d: must be at least 1", n)
+	for i, r := range o.runs {
+		if r.size < 1 {
+			return o, fmt.Errorf("MaxSize %d: must be at least 1", r.size)
 		}
+		o.runs[i].adaptive = r.adaptive || o.adaptive
 	}
 	if _, ok := statements[o.stmt]; !ok {
 		return o, fmt.Errorf("-stmt %q: want update or lock", o.stmt)
@@ -181,8 +204,9 @@ var statements = map[string]statement{
 
 // result is one run's figures.
 type result struct {
-	size       int
-	ops        int // operations that ended within the measured window
+	spec       runSpec
+	limits     []int // Stats().Limit, sampled each second of the measured period
+	ops        int   // operations that ended within the measured window
 	opsPerSec  float64
 	p50, p99   time.Duration
 	waitShare  float64 // leases that waited, over the leases, in the window
@@ -212,30 +236,34 @@ func run(o options, base pool.Options[*pgx.Conn]) error {
 	fmt.Fprintf(os.Stderr, "pgsize: %d clients, -stmt %s on %d hot rows, warm-up %v + %v per size, %d round(s), adaptive %v\n",
 		o.clients, o.stmt, o.rows, o.warmup, o.duration, o.rounds, o.adaptive)
 
-	bySize := map[int][]result{}
+	bySpec := map[runSpec][]result{}
 	start := time.Now()
 	for round := range o.rounds {
-		order := slices.Clone(o.sizes)
+		order := slices.Clone(o.runs)
 		if round%2 == 1 {
 			slices.Reverse(order)
 		}
-		for _, size := range order {
+		for _, spec := range order {
 			if _, err := admin.Exec(ctx, "VACUUM hot"); err != nil {
 				return err
 			}
 			opts := base
-			opts.MaxSize = size
+			opts.MaxSize = spec.size
+			if spec.adaptive {
+				applyAdaptive(&opts)
+			}
 			r, err := runOne(ctx, o, admin, opts)
 			if err != nil {
-				return fmt.Errorf("MaxSize %d: %w", size, err)
+				return fmt.Errorf("MaxSize %v: %w", spec, err)
 			}
-			fmt.Fprintf(os.Stderr, "round %d MaxSize %d: %.0f ops/s, p50 %s, p99 %s, waited %.0f %% (%d ops in %v)\n",
-				round+1, size, r.opsPerSec, ms(r.p50), ms(r.p99), 100*r.waitShare, r.ops, r.wallPerRun.Round(time.Millisecond))
-			bySize[size] = append(bySize[size], r)
+			r.spec = spec
+			fmt.Fprintf(os.Stderr, "round %d MaxSize %v: %.0f ops/s, p50 %s, p99 %s, waited %.0f %%, limit %s (%d ops in %v)\n",
+				round+1, spec, r.opsPerSec, ms(r.p50), ms(r.p99), 100*r.waitShare, limitCell([]result{r}), r.ops, r.wallPerRun.Round(time.Millisecond))
+			bySpec[spec] = append(bySpec[spec], r)
 		}
 	}
 	fmt.Fprintf(os.Stderr, "pgsize: %v in all\n\n", time.Since(start).Round(time.Second))
-	printTable(o, bySize)
+	printTable(o, bySpec)
 	return nil
 }
 
@@ -248,7 +276,7 @@ type sample struct {
 // runOne runs the workload on a new pool with opts for o.warmup +
 // o.duration, then closes the pool.
 func runOne(ctx context.Context, o options, admin *pgx.Conn, opts pool.Options[*pgx.Conn]) (result, error) {
-	r := result{size: opts.MaxSize}
+	var r result
 	var before int64
 	if err := admin.QueryRow(ctx, "SELECT sum(n) FROM hot").Scan(&before); err != nil {
 		return r, err
@@ -292,8 +320,18 @@ func runOne(ctx context.Context, o options, admin *pgx.Conn, opts pool.Options[*
 	var s0, s1 pool.Stats
 	if sleepUnless(failed, o.warmup) {
 		s0 = p.Stats()
-		if sleepUnless(failed, o.warmup+o.duration-time.Since(begin)) {
-			s1 = p.Stats()
+		// The limit, each second of the measured period; s1 at its end.
+		for next := o.warmup + time.Second; ; next += time.Second {
+			end := min(next, o.warmup+o.duration)
+			if !sleepUnless(failed, end-time.Since(begin)) {
+				break
+			}
+			s := p.Stats()
+			r.limits = append(r.limits, s.Limit)
+			if end == o.warmup+o.duration {
+				s1 = s
+				break
+			}
 		}
 	}
 	stop.Store(true)
@@ -373,18 +411,18 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[max(i, 0)]
 }
 
-// printTable prints the markdown table, the sizes in o's order: with one
+// printTable prints the markdown table, the runs in o's order: with one
 // round each run's figures, with more the medians, ops/s with its range.
-func printTable(o options, bySize map[int][]result) {
-	fmt.Println("| MaxSize | ops/s | p50 | p99 | waited |")
-	fmt.Println("| ---: | ---: | ---: | ---: | ---: |")
-	seen := map[int]bool{}
-	for _, size := range o.sizes {
-		if seen[size] {
+func printTable(o options, bySpec map[runSpec][]result) {
+	fmt.Println("| MaxSize | ops/s | p50 | p99 | waited | limit |")
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: |")
+	seen := map[runSpec]bool{}
+	for _, spec := range o.runs {
+		if seen[spec] {
 			continue
 		}
-		seen[size] = true
-		rs := bySize[size]
+		seen[spec] = true
+		rs := bySpec[spec]
 		opsPerSec := median(rs, func(r result) float64 { return r.opsPerSec })
 		cell := fmt.Sprintf("%.0f", opsPerSec)
 		if len(rs) > 1 {
@@ -397,8 +435,35 @@ func printTable(o options, bySize map[int][]result) {
 		p50 := time.Duration(median(rs, func(r result) float64 { return float64(r.p50) }))
 		p99 := time.Duration(median(rs, func(r result) float64 { return float64(r.p99) }))
 		waited := median(rs, func(r result) float64 { return r.waitShare })
-		fmt.Printf("| %d | %s | %s | %s | %.0f %% |\n", size, cell, ms(p50), ms(p99), 100*waited)
+		fmt.Printf("| %v | %s | %s | %s | %.0f %% | %s |\n", spec, cell, ms(p50), ms(p99), 100*waited, limitCell(rs))
 	}
+}
+
+// limitCell is the limit column for rs: the median of every run's median
+// sampled limit, and the range of all the samples when they are not all one.
+func limitCell(rs []result) string {
+	var all []int
+	for _, r := range rs {
+		all = append(all, r.limits...)
+	}
+	if len(all) == 0 {
+		return "–"
+	}
+	m := median(rs, func(r result) float64 {
+		xs := slices.Sorted(slices.Values(r.limits))
+		if len(xs) == 0 {
+			return math.NaN()
+		}
+		if n := len(xs); n%2 == 0 {
+			return float64(xs[n/2-1]+xs[n/2]) / 2
+		}
+		return float64(xs[len(xs)/2])
+	})
+	lo, hi := slices.Min(all), slices.Max(all)
+	if lo == hi {
+		return strconv.Itoa(lo)
+	}
+	return fmt.Sprintf("%g (%d–%d)", m, lo, hi)
 }
 
 // median is the median of f over rs (the mean of the middle two when even).
