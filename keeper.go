@@ -88,7 +88,7 @@ func (k *keeper[T]) start() {
 	now := time.Now()
 	k.upkeepAt = now.Add(spread(k.upkeepEvery))
 	k.watchAt = now.Add(k.watchEvery)
-	k.sizeAt = now.Add(adaptWindow)
+	k.sizeAt = now.Add(adaptWindow / 4)
 	k.running.Add(goroutineWeight)
 	go k.run()
 }
@@ -171,8 +171,8 @@ func (k *keeper[T]) turnOn(p *Pool[T]) bool {
 		p.ob.followAll(&k.scans, k.done, k.apart)
 	}
 	if k.sizes && !now.Before(k.sizeAt) {
-		k.sizeAt = now.Add(adaptWindow)
 		k.adapt(p)
+		k.sizeAt = now.Add(p.sz.window())
 	}
 	k.fill(p, now)
 	return true

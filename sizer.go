@@ -32,6 +32,10 @@ type sizer struct {
 	limit  int
 	center float64
 	up     bool
+	// climbed: a window found the limit not all in use, or e near 1 or
+	// above. Until then (a cold start's climb) windows are a quarter as
+	// long, so the pool reaches its size before leases pile up.
+	climbed atomic.Bool
 	// The window: its start by the pool's clock, and Stats.Waits and
 	// CreateErrors then.
 	from         int64
@@ -103,7 +107,7 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	span, n := sig.now-s.from, s.ends.Load()
-	if span < int64(adaptWindow) || n < minEnds {
+	if span < int64(s.window()) || n < minEnds {
 		return s.limit, s.limit, false
 	}
 	s.ends.Add(-n)
@@ -114,6 +118,9 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 
 	saturated := held >= saturation*float64(s.limit)
 	e, known := s.elasticity(point{x: math.Log(max(held, 1e-9)), y: math.Log(float64(busy) / float64(n)), ok: true})
+	if !saturated || known && e >= 1-margin {
+		s.climbed.Store(true)
+	}
 	switch {
 	case !waited || failed:
 		// No demand past the limit, or the backend failing: it stays.
@@ -129,6 +136,14 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 	}
 	s.center = min(max(s.center, float64(s.floor)), float64(s.max.Load()))
 	return s.move(), s.limit, true
+}
+
+// window is the window's length now.
+func (s *sizer) window() time.Duration {
+	if s.climbed.Load() {
+		return adaptWindow
+	}
+	return adaptWindow / 4
 }
 
 // elasticity adds p, this window's point, to the pairs and returns their
