@@ -32,9 +32,10 @@ type sizer struct {
 	limit  int
 	center float64
 	up     bool
-	// climbed: a window found the limit not all in use, or e near 1 or
-	// above. Until then (a cold start's climb) windows are a quarter as
-	// long, so the pool reaches its size before leases pile up.
+	// climbed: a window with leases waiting found the limit not all in
+	// use, or e near 1 or above. Until then (a cold start's climb, however
+	// long the pool waits for its load) windows are a quarter as long, so
+	// the pool reaches its size before leases pile up.
 	climbed atomic.Bool
 	// The window: its start by the pool's clock, and Stats.Waits and
 	// CreateErrors then.
@@ -118,7 +119,7 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 
 	saturated := held >= saturation*float64(s.limit)
 	e, known := s.elasticity(point{x: math.Log(max(held, 1e-9)), y: math.Log(float64(busy) / float64(n)), ok: true})
-	if !saturated || known && e >= 1-margin {
+	if waited && (!saturated || known && e >= 1-margin) {
 		s.climbed.Store(true)
 	}
 	switch {
