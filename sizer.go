@@ -33,9 +33,9 @@ type sizer struct {
 	center float64
 	up     bool
 	// climbed: a window with leases waiting found the limit not all in
-	// use, or e near 1 or above. Until then (a cold start's climb, however
-	// long the pool waits for its load) windows are a quarter as long, so
-	// the pool reaches its size before leases pile up.
+	// use, or e near 1 or above. Until then (a cold start's climb) windows
+	// are a quarter as long, so the pool reaches its size before leases
+	// pile up. The first window is not judged: it began before the load.
 	climbed atomic.Bool
 	// The window: its start by the pool's clock, and Stats.Waits and
 	// CreateErrors then.
@@ -50,8 +50,9 @@ type sizer struct {
 }
 
 type point struct {
-	x, y float64
-	ok   bool
+	x, y   float64
+	center float64 // the limit's center as the window began
+	ok     bool
 }
 
 // The sizer's constants, chosen on the simulated backend of the tests
@@ -108,6 +109,9 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	span, n := sig.now-s.from, s.ends.Load()
+	if n == 0 {
+		s.from = sig.now // no lease has ended: the window begins with the load
+	}
 	if span < int64(s.window()) || n < minEnds {
 		return s.limit, s.limit, false
 	}
@@ -118,8 +122,9 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 	s.from, s.waits, s.fails = sig.now, sig.waits, sig.fails
 
 	saturated := held >= saturation*float64(s.limit)
-	e, known := s.elasticity(point{x: math.Log(max(held, 1e-9)), y: math.Log(float64(busy) / float64(n)), ok: true})
-	if waited && (!saturated || known && e >= 1-margin) {
+	first := !s.last.ok
+	e, known := s.elasticity(point{x: math.Log(max(held, 1e-9)), y: math.Log(float64(busy) / float64(n)), center: s.center, ok: true})
+	if !first && waited && (!saturated || known && e >= 1-margin) {
 		s.climbed.Store(true)
 	}
 	switch {
@@ -160,9 +165,11 @@ func (s *sizer) elasticity(p point) (e float64, known bool) {
 		// slope is taken as 1, where the limit stays, until pairs measure it.
 		s.sxx, s.sxy = prior, prior
 	case dx != 0:
+		// The older pairs fade faster as the limit moves away from them.
+		d := math.Pow(decay, 1+math.Abs(math.Log(p.center/s.last.center))/0.1)
 		w := min(dx*dx, maxWeight) / (dx * dx)
-		s.sxx = decay*s.sxx + w*dx*dx
-		s.sxy = decay*s.sxy + w*dx*dy
+		s.sxx = d*s.sxx + w*dx*dx
+		s.sxy = d*s.sxy + w*dx*dy
 	}
 	s.last = p
 	if s.sxx < 1e-6 {
