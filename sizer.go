@@ -108,40 +108,68 @@ type signals struct {
 func (s *sizer) step(sig signals) (from, to int, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	m, ended := s.measure(sig)
+	if !ended {
+		return s.limit, s.limit, false
+	}
+	s.climb(m)
+	s.center = min(max(s.center*s.factor(m), float64(s.floor)), float64(s.max.Load()))
+	return s.move(), s.limit, true
+}
+
+// measured is what a window measured of the backend and the leases.
+type measured struct {
+	held              float64 // N, the items in use on average
+	e                 float64 // the elasticity, if known
+	known, first      bool    // e measured; the pool's first window
+	saturated, waited bool    // N near the limit; leases waited
+	failed            bool    // creations failed, or the pool is down
+}
+
+// measure ends the window if it is due, with at least minEnds lease ends;
+// a window in which no lease has ended yet begins again, with the load.
+// Caller holds mu.
+func (s *sizer) measure(sig signals) (m measured, ended bool) {
 	span, n := sig.now-s.from, s.ends.Load()
 	if n == 0 {
-		s.from = sig.now // no lease has ended: the window begins with the load
+		s.from = sig.now
 	}
 	if span < int64(s.window()) || n < minEnds {
-		return s.limit, s.limit, false
+		return m, false
 	}
 	s.ends.Add(-n)
 	busy := s.busy.Swap(0)
-	held := float64(busy) / float64(span) // N
-	waited, failed := sig.waits > s.waits, sig.fails > s.fails || sig.down
+	m.held = float64(busy) / float64(span)
+	m.waited, m.failed = sig.waits > s.waits, sig.fails > s.fails || sig.down
 	s.from, s.waits, s.fails = sig.now, sig.waits, sig.fails
+	m.saturated, m.first = m.held >= saturation*float64(s.limit), !s.last.ok
+	m.e, m.known = s.elasticity(point{x: math.Log(max(m.held, 1e-9)), y: math.Log(float64(busy) / float64(n)), center: s.center, ok: true})
+	return m, true
+}
 
-	saturated := held >= saturation*float64(s.limit)
-	first := !s.last.ok
-	e, known := s.elasticity(point{x: math.Log(max(held, 1e-9)), y: math.Log(float64(busy) / float64(n)), center: s.center, ok: true})
-	if !first && waited && (!saturated || known && e >= 1-margin) {
+// factor is what a window multiplies the center by. Caller holds mu.
+func (s *sizer) factor(m measured) float64 {
+	switch {
+	case !m.waited || m.failed:
+		return 1 // no demand past the limit, or the backend failing: it stays
+	case m.saturated && m.known && m.e > 1+margin:
+		return max(maxShrink, math.Exp(1-m.e)) // past the peak: fewer serve more
+	case m.saturated && (!m.known || m.e < 1-margin):
+		// Short of it, or not yet measured: more serve more, at least one.
+		return max(min(maxGrowth, math.Exp(gain*(1-m.e))), 1+1/s.center)
+	case !m.saturated && m.known && m.e < 1-3*margin && 4*m.held >= float64(s.limit):
+		return 1 + 1/s.center // leases waited in bursts, well short of the peak: one more
+	}
+	return 1
+}
+
+// climb ends the cold start's climb at a window, but the first (which
+// began before the load), that found the limit not all in use while leases
+// waited, or e near 1 or above. Caller holds mu.
+func (s *sizer) climb(m measured) {
+	if !m.first && m.waited && (!m.saturated || m.known && m.e >= 1-margin) {
 		s.climbed.Store(true)
 	}
-	switch {
-	case !waited || failed:
-		// No demand past the limit, or the backend failing: it stays.
-	case saturated && known && e > 1+margin:
-		// Past the peak: fewer items in use would serve more.
-		s.center *= max(maxShrink, math.Exp(1-e))
-	case saturated && (!known || e < 1-margin):
-		// Short of it, or not yet measured: more would serve more.
-		s.center = max(s.center*min(maxGrowth, math.Exp(gain*(1-e))), s.center+1)
-	case !saturated && known && e < 1-3*margin && 4*held >= float64(s.limit):
-		// Leases waited in bursts, well short of the peak: one more.
-		s.center++
-	}
-	s.center = min(max(s.center, float64(s.floor)), float64(s.max.Load()))
-	return s.move(), s.limit, true
 }
 
 // window is the window's length now.
