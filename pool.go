@@ -337,9 +337,10 @@ func (p *Pool[T]) Shutdown(ctx context.Context) error {
 // items beyond it are destroyed now (on the pool's own goroutines, their errors
 // logged) and leased items beyond it when they come back, until the items in
 // existence fit; new leases wait meanwhile. Stats, the gauges and
-// ErrLeaseTimeout's message follow the new value. It returns an error wrapping
-// ErrInvalidOptions when n is below 1 or below MinSize, and ErrClosed on a
-// closed pool.
+// ErrLeaseTimeout's message follow the new value. With Options.AdaptiveSize,
+// n is the limit's ceiling: a limit above it comes down to it at once. It
+// returns an error wrapping ErrInvalidOptions when n is below 1 or below
+// MinSize, and ErrClosed on a closed pool.
 func (p *Pool[T]) SetMaxSize(n int) error {
 	if n < 1 || n < p.opts.MinSize {
 		return fmt.Errorf("%w: pool %q: SetMaxSize(%d): MaxSize must be at least 1 and at least MinSize (%d)", ErrInvalidOptions, p.opts.Name, n, p.opts.MinSize)
