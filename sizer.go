@@ -71,10 +71,11 @@ const (
 	// A window is saturated when its items in use average saturation of
 	// the limit: its N is then the limit's, and its slope exact.
 	saturation = 0.9
-	// Each pair of windows weighs its Δ ln N squared, at most maxWeight,
-	// and the older pairs decay by decay a window. A use time that moves by
-	// more than shift in ln, against the items in use, is the backend's
-	// speed changing.
+	// Each pair of windows weighs its Δ ln N squared, at most maxWeight;
+	// the older pairs decay by decay a window, and by as much again for
+	// each tenth the limit moved in ln. A use time that moves by more than
+	// shift in ln, against the items in use, is the backend's speed
+	// changing: the sums restart at a slope of 1 with weight prior.
 	maxWeight = 0.05
 	decay     = 0.7
 	shift     = 0.2
