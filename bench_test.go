@@ -367,6 +367,19 @@ func BenchmarkStandardMetricNames(b *testing.B) {
 	}
 }
 
+// BenchmarkAdaptiveSize is a sequential lease and release of an idle item
+// with Options.AdaptiveSize off and on (MinSize and MaxSize 16, so the limit
+// is 16 from the start): what the option costs a lease that never waits.
+func BenchmarkAdaptiveSize(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "adaptive=off", true: "adaptive=on"}[on], func(b *testing.B) {
+			p, done := bnPool(b, Options[*conn]{MinSize: 16, MaxSize: 16, AdaptiveSize: on})
+			defer done()
+			bnSequential(b, p)
+		})
+	}
+}
+
 func bnSites(*testing.B) Options[*conn] { return Options[*conn]{TrackLeaseSites: true} }
 
 // bnAtDepth calls f n frames deeper than its caller.
