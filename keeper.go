@@ -304,7 +304,7 @@ func spread(d time.Duration) time.Duration {
 // adapt ends the sizer's window if it is due, logging a move of the limit.
 func (k *keeper[T]) adapt(p *Pool[T]) {
 	s := p.Stats()
-	from, to, _ := p.sz.step(signals{now: p.clk.now(), waits: s.Waits, fails: s.CreateErrors, down: s.BackendDown})
+	from, to, _ := p.sz.step(signals{now: p.clk.now(), limit: s.Limit, waits: s.Waits, fails: s.CreateErrors, down: s.BackendDown})
 	if from != to {
 		p.ob.log(slog.LevelDebug, "adaptive size: the limit moved", nil, slog.Int("from", from), slog.Int("to", to))
 	}

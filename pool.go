@@ -155,7 +155,7 @@ func newPool[T any](f Factory[T], opts Options[T]) (*Pool[T], error) {
 	if opts.AdaptiveSize {
 		p.sz = newSizer(opts.MinSize, opts.MaxSize, p.clk.now(), p.resize)
 		p.ob.sz = p.sz
-		_ = p.resize(p.sz.limit, opts.MaxSize) // the gate starts at the sizer's limit
+		_ = p.resize(p.sz.floor, opts.MaxSize) // the limit starts at max(MinSize, 1)
 	}
 	p.ds = destroyer[T]{destroy: opts.Destroy, timeout: opts.DestroyTimeout, name: opts.Name, g: &p.g, ob: &p.ob}
 	p.ex = expiry[T]{

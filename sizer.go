@@ -27,9 +27,9 @@ type sizer struct {
 	// max is MaxSize: written under mu, read by Stats without it.
 	max   atomic.Int64
 	floor int // max(MinSize, 1)
-	// limit is the limit in force, as last given to apply; center is where
-	// the dither moves it from, up or down by turns (see step).
-	limit  int
+	// center is where the dither moves the limit from, up or down by
+	// turns (move); the limit in force is the gate's size, which the
+	// window reads (signals.limit) and only apply changes.
 	center float64
 	up     bool
 	// climbed: a window with leases waiting found the limit not all in
@@ -87,7 +87,7 @@ const (
 func newSizer(minSize, maxSize int, now int64, apply func(limit, max int) error) *sizer {
 	s := &sizer{floor: max(minSize, 1), from: now, apply: apply}
 	s.max.Store(int64(maxSize))
-	s.limit, s.center = s.floor, float64(s.floor)
+	s.center = float64(s.floor)
 	return s
 }
 
@@ -100,6 +100,7 @@ func (s *sizer) record(d int64) {
 // signals are what the window reads of the pool besides the use times.
 type signals struct {
 	now          int64  // the pool's clock
+	limit        int    // Stats.Limit
 	waits, fails uint64 // Stats.Waits and CreateErrors
 	down         bool   // Stats.BackendDown
 }
@@ -111,11 +112,11 @@ func (s *sizer) step(sig signals) (from, to int, ended bool) {
 	defer s.mu.Unlock()
 	m, ended := s.measure(sig)
 	if !ended {
-		return s.limit, s.limit, false
+		return sig.limit, sig.limit, false
 	}
 	s.climb(m)
-	s.center = min(max(s.center*s.factor(m), float64(s.floor)), float64(s.max.Load()))
-	return s.move(), s.limit, true
+	s.center = min(max(s.center*s.factor(m, sig.limit), float64(s.floor)), float64(s.max.Load()))
+	return sig.limit, s.move(sig.limit), true
 }
 
 // measured is what a window measured of the backend and the leases.
@@ -143,13 +144,13 @@ func (s *sizer) measure(sig signals) (m measured, ended bool) {
 	m.held = float64(busy) / float64(span)
 	m.waited, m.failed = sig.waits > s.waits, sig.fails > s.fails || sig.down
 	s.from, s.waits, s.fails = sig.now, sig.waits, sig.fails
-	m.saturated, m.first = m.held >= saturation*float64(s.limit), !s.last.ok
+	m.saturated, m.first = m.held >= saturation*float64(sig.limit), !s.last.ok
 	m.e, m.known = s.elasticity(point{x: math.Log(max(m.held, 1e-9)), y: math.Log(float64(busy) / float64(n)), center: s.center, ok: true})
 	return m, true
 }
 
-// factor is what a window multiplies the center by. Caller holds mu.
-func (s *sizer) factor(m measured) float64 {
+// factor is what a window under limit multiplies the center by. Caller holds mu.
+func (s *sizer) factor(m measured, limit int) float64 {
 	switch {
 	case !m.waited || m.failed:
 		return 1 // no demand past the limit, or the backend failing: it stays
@@ -158,7 +159,7 @@ func (s *sizer) factor(m measured) float64 {
 	case m.saturated && (!m.known || m.e < 1-margin):
 		// Short of it, or not yet measured: more serve more, at least one.
 		return max(min(maxGrowth, math.Exp(gain*(1-m.e))), 1+1/s.center)
-	case !m.saturated && m.known && m.e < 1-3*margin && 4*m.held >= float64(s.limit):
+	case !m.saturated && m.known && m.e < 1-3*margin && 4*m.held >= float64(limit):
 		return 1 + 1/s.center // leases waited in bursts, well short of the peak: one more
 	}
 	return 1
@@ -207,22 +208,21 @@ func (s *sizer) elasticity(p point) (e float64, known bool) {
 	return s.sxy / s.sxx, true
 }
 
-// move sets the limit to the center moved by the dither, an eighth of it
-// (at least 1), up or down by turns: successive windows then differ in N
-// even where it would not (all the limit in use, steadily), so the slope
-// stays measured. Caller holds mu.
-func (s *sizer) move() (from int) {
-	from = s.limit
+// move sets the limit, from, to the center moved by the dither, an eighth
+// of it (at least 1), up or down by turns: successive windows then differ
+// in N even where it would not (all the limit in use, steadily), so the
+// slope stays measured. It returns the limit in force after. Caller holds mu.
+func (s *sizer) move(from int) (to int) {
 	d := max(1, int(math.Round(s.center/ditherDiv)))
 	s.up = !s.up
 	if !s.up {
 		d = -d
 	}
-	to := min(max(int(math.Round(s.center))+d, s.floor), int(s.max.Load()))
-	if to != from && s.apply(to, int(s.max.Load())) == nil {
-		s.limit = to
+	to = min(max(int(math.Round(s.center))+d, s.floor), int(s.max.Load()))
+	if to != from && s.apply(to, int(s.max.Load())) != nil {
+		return from
 	}
-	return from
+	return to
 }
 
 // maxSize is MaxSize, given the gate's size: the same without a sizer.
@@ -233,16 +233,12 @@ func (s *sizer) maxSize(size int) int {
 	return int(s.max.Load())
 }
 
-// setMax is SetMaxSize's: the limit goes under the new MaxSize at once.
+// setMax is SetMaxSize's: the limit comes to its center, under the new
+// MaxSize, at once.
 func (s *sizer) setMax(n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.max.Store(int64(n))
 	s.center = min(s.center, float64(n))
-	to := min(s.limit, n)
-	if err := s.apply(to, n); err != nil {
-		return err
-	}
-	s.limit = to
-	return nil
+	return s.apply(min(int(math.Round(s.center)), n), n)
 }

@@ -19,15 +19,15 @@ type sizerRig struct {
 	waits   uint64
 	fails   uint64
 	down    bool
-	applied []int
+	limit   int // the gate's size: what apply last set
 }
 
 func newSizerRig(t *testing.T, minSize, maxSize int) *sizerRig {
-	r := &sizerRig{t: t}
+	r := &sizerRig{t: t, limit: max(minSize, 1)}
 	r.s = newSizer(minSize, maxSize, 0, func(limit, max int) error {
 		require.LessOrEqual(t, limit, max, "a limit above MaxSize")
 		require.GreaterOrEqual(t, limit, 1, "a limit below 1")
-		r.applied = append(r.applied, limit)
+		r.limit = limit
 		return nil
 	})
 	return r
@@ -36,17 +36,18 @@ func newSizerRig(t *testing.T, minSize, maxSize int) *sizerRig {
 // window runs one window with demand items wanted and useTime's backend,
 // leases waiting when demand exceeds the limit; it returns the new limit.
 func (r *sizerRig) window(demand float64, useTime func(n float64) time.Duration) int {
-	held := min(demand, float64(r.s.limit))
+	held := min(demand, float64(r.limit))
 	w := useTime(held)
 	ends := int64(held * float64(adaptWindow) / float64(w))
 	for range ends {
 		r.s.record(int64(w))
 	}
-	if demand > float64(r.s.limit) {
+	if demand > float64(r.limit) {
 		r.waits += uint64(ends)
 	}
 	r.now += int64(adaptWindow)
-	_, to, ended := r.s.step(signals{now: r.now, waits: r.waits, fails: r.fails, down: r.down})
+	_, to, ended := r.s.step(signals{now: r.now, limit: r.limit, waits: r.waits, fails: r.fails, down: r.down})
+	require.Equal(r.t, r.limit, to, "step reports the limit apply set")
 	require.True(r.t, ended, "a window with %d ends did not end", ends)
 	return to
 }
@@ -76,8 +77,8 @@ func TestSizerFindsTheThroughputPeak(t *testing.T) {
 }
 
 func TestSizerStartsAtMinSize(t *testing.T) {
-	require.Equal(t, 1, newSizerRig(t, 0, 8).s.limit)
-	require.Equal(t, 3, newSizerRig(t, 3, 8).s.limit)
+	require.Equal(t, 1, newSizer(0, 8, 0, nil).floor)
+	require.Equal(t, 3, newSizer(3, 8, 0, nil).floor)
 }
 
 // A queue alone does not grow the limit: the use time grows as fast as the
@@ -140,7 +141,7 @@ func TestSizerFollowsSetMaxSize(t *testing.T) {
 		r.window(1000, flat)
 	}
 	require.NoError(t, r.s.setMax(6))
-	require.Equal(t, 6, r.s.limit)
+	require.Equal(t, 6, r.limit)
 	for range 10 {
 		require.LessOrEqual(t, r.window(1000, flat), 6)
 	}
@@ -148,7 +149,7 @@ func TestSizerFollowsSetMaxSize(t *testing.T) {
 	for range 10 {
 		r.window(1000, flat)
 	}
-	require.InDelta(t, 20, r.s.limit, float64(20/ditherDiv+1), "the dither moves it down by turns")
+	require.InDelta(t, 20, r.limit, float64(20/ditherDiv+1), "the dither moves it down by turns")
 }
 
 // A limit the gate refused (a closed pool) is not taken.
@@ -157,20 +158,20 @@ func TestSizerKeepsTheLimitTheGateRefused(t *testing.T) {
 	for range 100 {
 		s.record(int64(time.Millisecond))
 	}
-	s.step(signals{now: int64(time.Second), waits: 1})
-	require.Equal(t, 1, s.limit)
+	_, to, _ := s.step(signals{now: int64(time.Second), limit: 1, waits: 1})
+	require.Equal(t, 1, to)
 }
 
 // A window with too few lease ends goes on until it has them.
 func TestSizerWindowWaitsForEnoughEnds(t *testing.T) {
 	s := newSizer(0, 64, 0, func(int, int) error { return nil })
 	s.record(int64(time.Millisecond))
-	_, _, ended := s.step(signals{now: int64(5 * time.Second), waits: 1})
+	_, _, ended := s.step(signals{now: int64(5 * time.Second), limit: 1, waits: 1})
 	require.False(t, ended)
 	for range minEnds {
 		s.record(int64(time.Millisecond))
 	}
-	_, _, ended = s.step(signals{now: int64(6 * time.Second), waits: 1})
+	_, _, ended = s.step(signals{now: int64(6 * time.Second), limit: 1, waits: 1})
 	require.True(t, ended)
 }
 
