@@ -13,13 +13,13 @@ import (
 // time, for n items in use, is useTime(n): each window the items in use are
 // the limit, or demand if fewer.
 type sizerRig struct {
-	t       *testing.T
-	s       *sizer
-	now     int64
-	waits   uint64
-	fails   uint64
-	down    bool
-	limit   int // the gate's size: what apply last set
+	t     *testing.T
+	s     *sizer
+	now   int64
+	waits uint64
+	fails uint64
+	down  bool
+	limit int // the gate's size: what apply last set
 }
 
 func newSizerRig(t *testing.T, minSize, maxSize int) *sizerRig {
