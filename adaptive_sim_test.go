@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,8 +42,15 @@ const (
 	// X(MaxSize) a second. It keeps an overloaded run's backlog, and its
 	// goroutines, within what the race detector allows.
 	simPatience = time.Second
-	simSeed     = 1
 )
+
+// simSeed fixes the sample path: 1, or POOL_SIM_SEED.
+var simSeed = func() uint64 {
+	if n, err := strconv.ParseUint(os.Getenv("POOL_SIM_SEED"), 10, 64); err == nil {
+		return n
+	}
+	return 1
+}()
 
 // simConn is the item the simulations pool: made at once, and nothing to close.
 type simConn struct{ id int64 }

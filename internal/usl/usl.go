@@ -39,6 +39,7 @@ type Backend struct {
 	queries []*query    // in progress: each has remaining > doneBelow as of last
 	last    time.Time   // when each query's remaining was last brought up to date
 	timer   *time.Timer // set for the earliest completion while a query is in progress
+	lag     time.Duration // added to each timer: a late wake-up, in the tests
 }
 
 // query is one call of Do in progress.
@@ -156,23 +157,38 @@ func (b *Backend) fire() {
 	b.schedule()
 }
 
-// update brings each query's remaining work up to now, at the rate of the
-// N in progress since the last update, and completes those that are done.
-// The clock is read under b.mu, so that successive updates see time in the
-// order they hold the lock. Called with b.mu held.
+// update brings each query's remaining work up to now and completes those
+// that are done, each at its own instant: the N in progress falls at a
+// completion however late the timer, or the call, that notices it, so that
+// a wake-up's delay slows the query's client, as a network's would, and
+// never the backend. The clock is read under b.mu, so that successive
+// updates see time in the order they hold the lock. Called with b.mu held.
 func (b *Backend) update() {
 	now := time.Now()
-	if n := len(b.queries); n > 0 {
-		done := b.throughput(n) / float64(n) * now.Sub(b.last).Seconds()
+	for left := now.Sub(b.last).Seconds(); len(b.queries) > 0; {
+		n := len(b.queries)
+		rate := b.throughput(n) / float64(n)
+		least := math.Inf(1)
+		for _, q := range b.queries {
+			least = min(least, q.remaining)
+		}
+		// Until the next completion, or until now if none comes first.
+		step, complete := left, (least-doneBelow)/rate <= left
+		if complete {
+			step = max((least-doneBelow)/rate, 0)
+		}
 		b.queries = slices.DeleteFunc(b.queries, func(q *query) bool {
-			q.remaining -= done
-			if q.remaining > doneBelow {
+			q.remaining -= rate * step
+			if q.remaining > doneBelow && !(complete && q.remaining <= least-rate*step) {
 				return false
 			}
 			q.finished = true
 			close(q.done)
 			return true
 		})
+		if left -= step; !complete {
+			break
+		}
 	}
 	b.last = now
 }
@@ -196,7 +212,7 @@ func (b *Backend) schedule() {
 	rate := b.throughput(n) / float64(n)
 	// A query is done when doneBelow remains: at that instant, not at zero,
 	// so that a float's last bit never costs a nanosecond.
-	d := max(time.Duration(math.Ceil((least-doneBelow)/rate*1e9)), 1)
+	d := max(time.Duration(math.Ceil((least-doneBelow)/rate*1e9)), 1) + b.lag
 	if b.timer == nil {
 		b.timer = time.AfterFunc(d, b.fire)
 	} else {

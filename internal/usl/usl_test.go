@@ -98,6 +98,36 @@ func TestOneServerShared(t *testing.T) {
 	})
 }
 
+// TestLateWakeUp: a completion takes effect at its own instant, however
+// late the timer that notices it. On one server shared (σ = 1, κ = 0, λ
+// 200), queries of work 0.5 and 1.5 started together each advance at 100 a
+// second until the first is done, at 5 ms; the second then runs alone at
+// 200 a second and is done at 10 ms. With every timer 3 ms late, the first
+// query's client hears of it at 8 ms, but the second is done at 10 ms all
+// the same: the backend lost no work to the first while nobody noticed.
+func TestLateWakeUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := New(200, 1, 0)
+		b.lag = 3 * time.Millisecond
+		var first time.Duration
+		var wg sync.WaitGroup
+		wg.Go(func() { first = timed(t, b, 0.5) })
+		wg.Go(func() { timed(t, b, 1.5) })
+		time.Sleep(10*time.Millisecond - time.Nanosecond)
+		if n := b.InProgress(); n != 1 {
+			t.Errorf("InProgress just before 10 ms: %d, want 1", n)
+		}
+		time.Sleep(time.Nanosecond)
+		if n := b.InProgress(); n != 0 {
+			t.Errorf("InProgress at 10 ms: %d, want 0", n)
+		}
+		wg.Wait()
+		if first != 8*time.Millisecond {
+			t.Errorf("the first query's client heard at %v, want 8ms (done at 5, the timer 3 late)", first)
+		}
+	})
+}
+
 // TestClosedLoopThroughput: N clients that each send their next query as
 // the last completes keep N in progress, and complete X(N) units of work a
 // second, within 1 % over 20 s (the work in progress at the end is far less).
