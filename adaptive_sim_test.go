@@ -91,12 +91,12 @@ type simResult struct {
 	summary usl.Summary   // the requests served after the warm-up
 	gaveUps int           // the requests that gave up after the warm-up
 	windows []usl.Summary // the requests served in each second of the run
-	probes  [][]int       // probes[i][s]: the i-th probe at the end of second s+1
+	probes  [][]int       // probes[i][s]: the i-th probe in the middle of second s+1
 }
 
 // simulate runs sc for simRun against a pool made with o, and returns what
 // it measured. It must run inside the caller's synctest bubble, where the
-// run takes simulated time only. Each probe is sampled at the end of each
+// run takes simulated time only. Each probe is sampled in the middle of each
 // simulated second (a MaxSize, a limit) into simResult.probes.
 //
 // An open loop starts a request at each arrival; a closed loop's clients
@@ -163,7 +163,10 @@ func simulate(t *testing.T, sc scenario, o Options[*simConn], probes ...func(*Po
 		})
 	}
 	wg.Go(func() {
-		for s := time.Second; s <= simRun; s += time.Second {
+		// In the middle of each second: the keeper's turns come on the
+		// second, and a probe at the same instant would see the limit
+		// before or after a move by chance.
+		for s := time.Second / 2; s < simRun; s += time.Second {
 			time.Sleep(time.Until(start.Add(s)))
 			for i, probe := range probes {
 				r.probes[i] = append(r.probes[i], probe(p))

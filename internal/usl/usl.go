@@ -36,9 +36,9 @@ type Backend struct {
 
 	mu      sync.Mutex
 	lambda  float64
-	queries []*query    // in progress: each has remaining > doneBelow as of last
-	last    time.Time   // when each query's remaining was last brought up to date
-	timer   *time.Timer // set for the earliest completion while a query is in progress
+	queries []*query      // in progress: each has remaining > doneBelow as of last
+	last    time.Time     // when each query's remaining was last brought up to date
+	timer   *time.Timer   // set for the earliest completion while a query is in progress
 	lag     time.Duration // added to each timer: a late wake-up, in the tests
 }
 
