@@ -177,6 +177,8 @@ func (b *Backend) update() {
 		if complete {
 			step = max((least-doneBelow)/rate, 0)
 		}
+		// The query with the least work left is done when complete, whatever
+		// a float's rounding leaves of it.
 		b.queries = slices.DeleteFunc(b.queries, func(q *query) bool {
 			q.remaining -= rate * step
 			if q.remaining > doneBelow && !(complete && q.remaining <= least-rate*step) {
