@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -99,12 +98,9 @@ type simResult struct {
 // run takes simulated time only. Each probe is sampled in the middle of each
 // simulated second (a MaxSize, a limit) into simResult.probes.
 //
-// An open loop starts a request at each arrival; a closed loop's clients
-// each start their next as the last ends. A request leases an item, runs its
-// query on the backend, releases the item, and records its response time,
-// from its start to its end: the wait for a lease and the query. It gives up
-// when it has waited simPatience for a lease; at the end of the run the
-// requests in progress end unrecorded.
+// The requests are those of a usl.Load (Run): each leases an item, runs
+// its query on the backend, releases the item and records its response
+// time, or gives up when it has waited simPatience for a lease.
 func simulate(t *testing.T, sc scenario, o Options[*simConn], probes ...func(*Pool[*simConn]) int) simResult {
 	t.Helper()
 	backend := usl.New(simLambda, simSigma, simKappa)
@@ -119,49 +115,14 @@ func simulate(t *testing.T, sc scenario, o Options[*simConn], probes ...func(*Po
 	start := time.Now() // the recorders' start too: time stands still until this goroutine blocks
 	ctx, cancel := context.WithDeadline(bg, start.Add(simRun))
 	defer cancel()
-	request := func(work float64) {
-		t0 := time.Now()
-		patience, cancel := context.WithTimeout(ctx, simPatience)
-		l, err := p.Lease(patience)
-		cancel()
-		if err == nil {
-			err = backend.Do(ctx, work)
-			l.Release()
-		}
-		switch {
-		case err == nil:
-			r.served.Record(time.Since(t0))
-		case ctx.Err() != nil: // the run is over
-		case errors.Is(err, context.DeadlineExceeded):
-			r.gaveUp.Record(time.Since(t0))
-		default:
-			t.Errorf("a request failed: %v", err)
-		}
-	}
-
-	var wg sync.WaitGroup
+	load := usl.Load{Clients: sc.clients, Seed: simSeed, Patience: simPatience}
 	if rate := sc.rate(); rate > 0 {
-		wg.Go(func() {
-			for _, a := range usl.Arrivals(simSeed, rate, simRun) {
-				time.Sleep(time.Until(start.Add(a.At)))
-				wg.Go(func() { request(a.Work) })
-			}
-		})
-	}
-	for c := range sc.clients {
-		works := usl.NewWorks(simSeed, c)
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				request(works.Next())
-			}
-		})
+		load.Arrivals = usl.Arrivals(simSeed, rate, simRun)
 	}
 	if sc.slowdown > 0 {
-		wg.Go(func() {
-			time.Sleep(sc.slowdown)
-			backend.SetLambda(simLambda / 3)
-		})
+		load.SlowAt, load.SlowLambda = sc.slowdown, simLambda/3
 	}
+	var wg sync.WaitGroup
 	wg.Go(func() {
 		// In the middle of each second: the keeper's turns come on the
 		// second, and a probe at the same instant would see the limit
@@ -173,6 +134,10 @@ func simulate(t *testing.T, sc scenario, o Options[*simConn], probes ...func(*Po
 			}
 		}
 	})
+	assert.NoError(t, load.Run(ctx, start, backend, func(ctx context.Context) (func(), error) {
+		l, err := p.Lease(ctx)
+		return l.Release, err
+	}, r.served, r.gaveUp), "a request failed")
 	wg.Wait()
 	require.NoError(t, p.Close())
 

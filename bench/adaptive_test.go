@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -73,57 +72,25 @@ func rtRunOne(b *testing.B, sc rtScenario, o pool.Options[*conn], start time.Tim
 	r := rtResult{served: usl.NewRecorder(), gaveUp: usl.NewRecorder()}
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(run))
 	defer cancel()
-	request := func(work float64) {
-		t0 := time.Now()
-		patience, cancel := context.WithTimeout(ctx, rtPatience)
-		l, err := p.Lease(patience)
-		cancel()
-		if err == nil {
-			err = backend.Do(ctx, work)
-			l.Release()
-		}
-		switch {
-		case err == nil:
-			r.served.Record(time.Since(t0))
-		case ctx.Err() != nil:
-		case errors.Is(err, context.DeadlineExceeded):
-			r.gaveUp.Record(time.Since(t0))
-		default:
-			b.Errorf("%s: a request failed: %v", sc.name, err)
-		}
-	}
-	// The recorders count from their creation, a little before start: wait
-	// for start here so that the offsets agree to within that.
-	time.Sleep(time.Until(start))
-	var wg sync.WaitGroup
-	if len(arrivals) > 0 {
-		wg.Go(func() {
-			for _, a := range arrivals {
-				time.Sleep(time.Until(start.Add(a.At)))
-				wg.Go(func() { request(a.Work) })
-			}
-		})
-	}
-	for c := range sc.clients {
-		works := usl.NewWorks(rtSeed, c)
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				request(works.Next())
-			}
-		})
-	}
+	load := usl.Load{Arrivals: arrivals, Clients: sc.clients, Seed: rtSeed, Patience: rtPatience}
 	if sc.slowdown > 0 {
-		wg.Go(func() {
-			time.Sleep(time.Until(start.Add(sc.slowdown)))
-			backend.SetLambda(rtLambda / 3)
-		})
+		load.SlowAt, load.SlowLambda = sc.slowdown, rtLambda/3
 	}
+	var wg sync.WaitGroup
 	wg.Go(func() {
 		for s := time.Second; s <= run; s += time.Second {
 			time.Sleep(time.Until(start.Add(s)))
 			r.limits = append(r.limits, p.Stats().Limit)
 		}
 	})
+	// The recorders count from their creation, a little before start, when
+	// Run begins the load: the offsets agree to within that.
+	if err := load.Run(ctx, start, backend, func(ctx context.Context) (func(), error) {
+		l, err := p.Lease(ctx)
+		return l.Release, err
+	}, r.served, r.gaveUp); err != nil {
+		b.Errorf("%s: a request failed: %v", sc.name, err)
+	}
 	wg.Wait()
 	if err := p.Close(); err != nil {
 		b.Error(err)

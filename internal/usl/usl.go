@@ -8,14 +8,15 @@
 // fake and exact.
 //
 // Arrivals and Works fix the sample path of a load from a seed, so that
-// every configuration under test sees the same queries; a Recorder keeps
-// the response times of the requests served, for rates and percentiles
-// over any interval.
+// every configuration under test sees the same queries; a Load drives them
+// through a pool's leases; a Recorder keeps the response times of the
+// requests served, for rates and percentiles over any interval.
 package usl
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -265,6 +266,83 @@ func NewWorks(seed uint64, client int) *Works {
 func (w *Works) Next() float64 { return work(w.r) }
 
 func work(r *rand.Rand) float64 { return 0.5 + r.Float64() }
+
+// Load is the requests of a run on a backend: an open loop, a request at
+// each of Arrivals, or Clients clients of a closed loop, each sending its
+// next request as its last ends, with the works Seed fixes (NewWorks). A
+// request waits at most Patience for its lease. At SlowAt, if not 0, the
+// backend's λ becomes SlowLambda.
+type Load struct {
+	Arrivals   []Arrival
+	Clients    int
+	Seed       uint64
+	Patience   time.Duration
+	SlowAt     time.Duration
+	SlowLambda float64
+}
+
+// Run drives l on b from start until ctx ends, and returns once every
+// request has ended. A request takes a lease with lease (which returns the
+// lease's release), runs its work on b, releases, and records its response
+// time, its wait and its query, in served; one that waited Patience for a
+// lease records the time it gave up after in gaveUp; one in progress when
+// ctx ends goes unrecorded. Run returns the first error of a request that
+// failed otherwise, if one did.
+func (l Load) Run(ctx context.Context, start time.Time, b *Backend, lease func(context.Context) (release func(), err error), served, gaveUp *Recorder) error {
+	var failed error
+	var once sync.Once
+	request := func(work float64) {
+		t0 := time.Now()
+		patience, cancel := context.WithTimeout(ctx, l.Patience)
+		release, err := lease(patience)
+		cancel()
+		if err == nil {
+			err = b.Do(ctx, work)
+			release()
+		}
+		switch {
+		case err == nil:
+			served.Record(time.Since(t0))
+		case ctx.Err() != nil: // the run is over
+		case errors.Is(err, context.DeadlineExceeded):
+			gaveUp.Record(time.Since(t0))
+		default:
+			once.Do(func() { failed = err })
+		}
+	}
+	time.Sleep(time.Until(start))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for _, a := range l.Arrivals {
+			time.Sleep(time.Until(start.Add(a.At)))
+			if ctx.Err() != nil {
+				return
+			}
+			wg.Go(func() { request(a.Work) })
+		}
+	})
+	for c := range l.Clients {
+		works := NewWorks(l.Seed, c)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				request(works.Next())
+			}
+		})
+	}
+	if l.SlowAt > 0 {
+		wg.Go(func() {
+			slow := time.NewTimer(time.Until(start.Add(l.SlowAt)))
+			defer slow.Stop()
+			select {
+			case <-slow.C:
+				b.SetLambda(l.SlowLambda)
+			case <-ctx.Done():
+			}
+		})
+	}
+	wg.Wait()
+	return failed
+}
 
 // Recorder records the response times of requests as they complete, with
 // the instant each completed, for counts, rates and percentiles over any

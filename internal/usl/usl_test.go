@@ -2,6 +2,7 @@ package usl
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"testing"
@@ -277,6 +278,47 @@ func TestRecorder(t *testing.T) {
 		}
 		if e := r.Summary(3*time.Second, 4*time.Second); e.Count != 0 || e.P99 != 0 {
 			t.Errorf("an empty interval: %+v", e)
+		}
+	})
+}
+
+// TestLoadRun: three requests arrive at once at a pool of one item, each
+// of work 1 on a backend that serves one at 200 a second (5 ms), with a
+// patience of 7 ms. The first is served at 5 ms; the second gets the item
+// then and is served at 10 ms; the third gives up at 7 ms. A lease that
+// fails otherwise is Run's error.
+func TestLoadRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		item := make(chan struct{}, 1)
+		lease := func(ctx context.Context) (func(), error) {
+			select {
+			case item <- struct{}{}:
+				return func() { <-item }, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		load := Load{Arrivals: []Arrival{{0, 1}, {0, 1}, {0, 1}}, Patience: 7 * time.Millisecond}
+		served, gaveUp := NewRecorder(), NewRecorder()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := load.Run(ctx, start, New(200, 0, 0), lease, served, gaveUp); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		s, g := served.Summary(0, time.Second), gaveUp.Summary(0, time.Second)
+		if s.Count != 2 || s.P50 != 5*time.Millisecond || s.Max != 10*time.Millisecond {
+			t.Errorf("served %d, p50 %v, max %v; want 2, 5ms, 10ms", s.Count, s.P50, s.Max)
+		}
+		if g.Count != 1 || g.Max != 7*time.Millisecond {
+			t.Errorf("gave up %d, after %v; want 1, after 7ms", g.Count, g.Max)
+		}
+
+		broken := errors.New("no route to host")
+		err := Load{Arrivals: []Arrival{{0, 1}}, Patience: time.Second}.Run(ctx, time.Now(), New(200, 0, 0),
+			func(context.Context) (func(), error) { return nil, broken }, served, gaveUp)
+		if !errors.Is(err, broken) {
+			t.Errorf("Run with a failing lease: %v, want %v", err, broken)
 		}
 	})
 }

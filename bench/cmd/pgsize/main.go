@@ -62,6 +62,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/msl-armory/pool"
+	"github.com/msl-armory/pool/bench/internal/work"
 )
 
 // options are the flags.
@@ -359,7 +360,7 @@ func runOne(ctx context.Context, o options, admin *pgx.Conn, opts pool.Options[*
 	slices.Sort(took)
 	r.ops = len(took)
 	r.opsPerSec = float64(r.ops) / o.duration.Seconds()
-	r.p50, r.p99 = percentile(took, 0.50), percentile(took, 0.99)
+	r.p50, r.p99 = work.Percentile(took, 500), work.Percentile(took, 990)
 	if leases := s1.Leases - s0.Leases; leases > 0 {
 		r.waitShare = float64(s1.Waits-s0.Waits) / float64(leases)
 	}
@@ -403,12 +404,6 @@ func operation(ctx context.Context, timeout time.Duration, p *pool.Pool[*pgx.Con
 	}
 	l.Release()
 	return nil
-}
-
-// percentile is the nearest-rank q-quantile of sorted, which is not empty.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(i, 0)]
 }
 
 // printTable prints the markdown table, the runs in o's order: with one

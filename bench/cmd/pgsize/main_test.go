@@ -3,7 +3,6 @@ package main
 import (
 	"slices"
 	"testing"
-	"time"
 )
 
 // The parts that need no server: go test runs without one.
@@ -45,24 +44,5 @@ func TestParseFlags(t *testing.T) {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) accepted it", bad)
 		}
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	xs := make([]time.Duration, 200)
-	for i := range xs {
-		xs[i] = time.Duration(i + 1)
-	}
-	// Nearest rank: the ceil(q·n)-th smallest.
-	for _, tc := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.50, 100}, {0.99, 198}, {1, 200}, {0, 1}} {
-		if got := percentile(xs, tc.q); got != tc.want {
-			t.Errorf("percentile(1..200, %v) = %v, want %v", tc.q, got, tc.want)
-		}
-	}
-	if got := percentile([]time.Duration{7}, 0.99); got != 7 {
-		t.Errorf("percentile of one = %v", got)
 	}
 }
