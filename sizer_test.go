@@ -132,6 +132,37 @@ func TestSizerDoesNotGrowWhileFailing(t *testing.T) {
 	}
 }
 
+// When the backend's speed changes, the sizer sees it in the first window
+// after, forgets what it learned and climbs again; the limit comes back to
+// the peak, which a change of speed alone leaves where it was (N ≈ 15.4),
+// and follows the peak where the change moves it (κ doubled: N ≈ 10.9).
+func TestSizerFollowsASpeedChange(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after func(n float64) time.Duration
+		peak  float64
+	}{
+		{"slower 3x", uslUseTime(200.0/3, 0.05, 0.004), 15.4},
+		{"faster 3x", uslUseTime(600, 0.05, 0.004), 15.4},
+		{"more coherency", uslUseTime(200, 0.05, 0.008), 10.9},
+	} {
+		r := newSizerRig(t, 0, 64)
+		for range 40 {
+			r.window(64, uslUseTime(200, 0.05, 0.004))
+		}
+		require.True(t, r.s.climbed.Load(), "%s: climbed before the change", tc.name)
+		r.window(64, tc.after)
+		require.False(t, r.s.climbed.Load(), "%s: the change not seen in the first window after it", tc.name)
+		var limits []int
+		for range 40 {
+			limits = append(limits, r.window(64, tc.after))
+		}
+		for _, l := range limits[20:] {
+			require.InDelta(t, tc.peak, l, 5, "%s: limits after the change %v", tc.name, limits)
+		}
+	}
+}
+
 // SetMaxSize below the limit brings the limit under it at once, and the
 // limit never goes back above it; raising it lets the limit grow again.
 func TestSizerFollowsSetMaxSize(t *testing.T) {
