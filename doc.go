@@ -276,13 +276,13 @@
 // With Options.AdaptiveSize the pool finds its size: a limit on the items,
 // between max(MinSize, 1), where it starts, and MaxSize, that its
 // background goroutine moves once a second. It grows while leases wait and
-// their use time grows more slowly than the items in use (more then serve
-// more), shrinks once it grows faster (past the backend's peak), and never
-// grows while creations fail or the pool is down. It settles within 30 s;
-// to keep measuring it moves an eighth up or down by turns, and items
-// above a lowered limit go as SetMaxSize's do. Stats.Limit and
-// pool.items.limit show it, a Debug log line each move; each lease reads
-// the clock twice. Leave it off when the best size is known, or leases mix
+// their use time grows more slowly than the items in use, shrinks once it
+// grows faster (past the peak), never grows while creations fail or the
+// pool is down, and climbs again when the backend's speed changes. It
+// settles within 30 s, then steps up to an eighth up and down by turns;
+// items above a lowered limit go as SetMaxSize's do. Stats.Limit and
+// pool.items.limit show it, a Debug line each move; each lease reads the
+// clock twice. Leave it off when the best size is known, or leases mix
 // short and long work.
 //
 // # Configuration
