@@ -50,7 +50,7 @@ const (
 	adaptWindow = time.Second
 	minEnds     = 16
 	// A window's move is gain of the Newton step to e = 1 along the curve
-	// (its curvature taken as at least minCurve), within maxGrowth and
+	// (its curvature taken within minCurve and twice that), within maxGrowth and
 	// maxShrink and within reach/2 of the curve's points; moves under hold,
 	// in ln, are not made. A climb's window grows by maxGrowth while e is
 	// under 1 − climbEnd, or not known.
@@ -164,7 +164,7 @@ func (s *sizer) factor(m measured) float64 {
 	case m.known:
 		// A Newton step in ln N toward e = 1, damped, within reach/2 of
 		// the curve's points: no further than its fit can say.
-		step := gain * (1 - m.e) / max(m.bend, minCurve)
+		step := gain * (1 - m.e) / min(max(m.bend, minCurve), 2*minCurve)
 		if math.Abs(step) < hold {
 			return 1
 		}
