@@ -50,9 +50,9 @@ const (
 	adaptWindow = time.Second
 	minEnds     = 16
 	// A window's move is gain of the Newton step to e = 1 along the curve
-	// (its curvature taken within minCurve and twice that), within maxGrowth and
-	// maxShrink and within reach/2 of the curve's points; moves under hold,
-	// in ln, are not made. A climb's window grows by maxGrowth while e is
+	// (its curvature taken within minCurve and twice that), within
+	// maxGrowth, maxShrink and reach/2 of the curve's points; moves under
+	// hold, in ln, are not made. A climb's window grows by maxGrowth while e is
 	// under 1 − climbEnd, or not known.
 	gain       = 0.5
 	minCurve   = 0.6
